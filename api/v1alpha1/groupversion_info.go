@@ -1,0 +1,25 @@
+// Package v1alpha1 holds Brewlet's cluster-scoped API types (group node.brewlet.sh).
+// The CRD manifests in config/crd are generated from these types by controller-gen
+// (`make generate`); validation the API server can enforce is written here as CEL.
+//
+// +kubebuilder:object:generate=true
+// +groupName=node.brewlet.sh
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+var (
+	// GroupVersion is the group and version of these types.
+	GroupVersion = schema.GroupVersion{Group: vocab.Group, Version: vocab.Version}
+
+	// SchemeBuilder registers the types with a runtime.Scheme.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds the types of this group-version to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)

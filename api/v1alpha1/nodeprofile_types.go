@@ -1,0 +1,145 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// NodeProfileSpec chooses which node pools offer which runtimes.
+type NodeProfileSpec struct {
+	NodePool NodePool `json:"nodePool"`
+
+	// RuntimeImages lists the runtime IDs this pool offers.
+	// +optional
+	// +listType=map
+	// +listMapKey=id
+	// +kubebuilder:validation:MaxItems=64
+	RuntimeImages []OfferedRuntime `json:"runtimeImages,omitempty"`
+
+	// ContainerdRestart says whether the provisioner registers the brewlet handler in
+	// containerd's config (validated, restarted, health-checked, rolled back on failure) or
+	// leaves containerd alone because the node image already has the handler (none).
+	// +optional
+	// +kubebuilder:default=validated
+	// +kubebuilder:validation:Enum=validated;none
+	ContainerdRestart string `json:"containerdRestart,omitempty"`
+
+	// +optional
+	Rollout *RolloutPolicy `json:"rollout,omitempty"`
+}
+
+// NodePool selects nodes by the value of one label. A profile never selects every node.
+type NodePool struct {
+	// Key is the node label key whose value names the pool.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=317
+	Key string `json:"key"`
+	// Names are the pool names (label values) this profile applies to.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	Names []string `json:"names"`
+	// IncludeControlPlane lets the profile select control-plane nodes.
+	// +optional
+	IncludeControlPlane bool `json:"includeControlPlane,omitempty"`
+}
+
+// OfferedRuntime is one runtime ID offered by a pool.
+// +kubebuilder:validation:XValidation:rule="!has(self.idleTTL) || self.install == 'OnDemand'",message="idleTTL applies only to install: OnDemand"
+type OfferedRuntime struct {
+	// ID is a RuntimeImage name.
+	// +kubebuilder:validation:MaxLength=55
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="id must be a runtime ID (a RuntimeImage name)"
+	ID string `json:"id"`
+	// Install is Eager (at once on every node of the pool) or OnDemand (on the first
+	// container that asks for it).
+	// +optional
+	// +kubebuilder:default=Eager
+	// +kubebuilder:validation:Enum=Eager;OnDemand
+	Install string `json:"install,omitempty"`
+	// IdleTTL removes an OnDemand runtime that no container used for this long.
+	// +optional
+	IdleTTL *metav1.Duration `json:"idleTTL,omitempty"`
+}
+
+// RolloutPolicy limits how many nodes install a new generation at once.
+type RolloutPolicy struct {
+	// MaxUnavailable is a count or a percentage of the pool; default: all nodes at once.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+}
+
+// NodeProfileStatus is written by the operator.
+type NodeProfileStatus struct {
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// +optional
+	AssignedNodes int32 `json:"assignedNodes"`
+	// +optional
+	ReadyNodes int32 `json:"readyNodes"`
+	// Ledger records every node (name and UID) this profile ever changed and the cleanup
+	// it still owes. Entries leave only when the cleanup ran or retirement evidence was
+	// accepted.
+	// +optional
+	// +listType=atomic
+	Ledger []LedgerEntry `json:"ledger,omitempty"`
+}
+
+// LedgerEntry is one node this profile changed.
+type LedgerEntry struct {
+	NodeName string    `json:"nodeName"`
+	NodeUID  types.UID `json:"nodeUID"`
+	// RuntimeImages are the IDs whose removal the node still owes.
+	// +optional
+	// +listType=set
+	RuntimeImages []string `json:"runtimeImages,omitempty"`
+	// ContainerdConfig is true while the node's containerd handler change is not reversed.
+	// +optional
+	ContainerdConfig bool `json:"containerdConfig,omitempty"`
+	// Owed is true while cleanup is due (the node left the pool, or the profile is going).
+	// +optional
+	Owed bool `json:"owed,omitempty"`
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// NodeProfile chooses which node pools offer which runtime IDs.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=np,categories=brewlet
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Pool-Key",type=string,JSONPath=`.spec.nodePool.key`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Assigned",type=integer,JSONPath=`.status.assignedNodes`
+// +kubebuilder:printcolumn:name="Ready-Nodes",type=integer,JSONPath=`.status.readyNodes`
+// +kubebuilder:printcolumn:name="Cleanup",type=string,JSONPath=`.status.conditions[?(@.type=="CleanupComplete")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type NodeProfile struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec NodeProfileSpec `json:"spec"`
+	// +optional
+	Status NodeProfileStatus `json:"status,omitempty"`
+}
+
+// NodeProfileList is a list of NodeProfiles.
+//
+// +kubebuilder:object:root=true
+type NodeProfileList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeProfile `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&NodeProfile{}, &NodeProfileList{})
+}

@@ -1,0 +1,131 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// NodeRuntimeSpec holds the operator's per-ID directives for one node.
+type NodeRuntimeSpec struct {
+	// +optional
+	// +listType=map
+	// +listMapKey=id
+	Runtimes []RuntimeDirective `json:"runtimes,omitempty"`
+}
+
+// RuntimeDirective tells the node's agent what it may do with one runtime ID.
+type RuntimeDirective struct {
+	// +kubebuilder:validation:MaxLength=55
+	ID string `json:"id"`
+	// +kubebuilder:validation:Enum=Eager;OnDemand
+	Install string `json:"install"`
+	// AllowedGeneration is the newest generation this node's rollout wave may install;
+	// zero means the RuntimeImage's current generation.
+	// +optional
+	AllowedGeneration int64 `json:"allowedGeneration,omitempty"`
+	// Quarantine withdraws the ID on this node (labels, authorization) without cleanup.
+	// +optional
+	Quarantine bool `json:"quarantine,omitempty"`
+	// +optional
+	QuarantineReason string `json:"quarantineReason,omitempty"`
+}
+
+// NodeRuntimeStatus is written only by the agent on the node it describes.
+type NodeRuntimeStatus struct {
+	// +optional
+	NodeUID types.UID `json:"nodeUID,omitempty"`
+	// +optional
+	AgentPodUID types.UID `json:"agentPodUID,omitempty"`
+	// +optional
+	ObservedAt *metav1.Time `json:"observedAt,omitempty"`
+	// Complete is true when the agent saw every live task and lease on the node.
+	// +optional
+	Complete bool `json:"complete"`
+	// +optional
+	// +listType=map
+	// +listMapKey=id
+	Runtimes []NodeRuntimeEntry `json:"runtimes,omitempty"`
+	// +optional
+	// +listType=atomic
+	Tasks []NodeTask `json:"tasks,omitempty"`
+	// +optional
+	Cleanup *NodeCleanup `json:"cleanup,omitempty"`
+}
+
+// NodeRuntimeEntry is the state of one runtime ID on the node.
+type NodeRuntimeEntry struct {
+	ID string `json:"id"`
+	// +optional
+	Epoch types.UID `json:"epoch,omitempty"`
+	// +optional
+	Generation int64 `json:"generation,omitempty"`
+	// +optional
+	Digest string `json:"digest,omitempty"`
+	// +kubebuilder:validation:Enum=Installing;Ready;Failed;Available;Revoked
+	State string `json:"state"`
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// +optional
+	AuthorizedUntil *metav1.Time `json:"authorizedUntil,omitempty"`
+}
+
+// NodeTask is one running container and the generation it leased.
+type NodeTask struct {
+	PodNamespace  string    `json:"podNamespace"`
+	PodName       string    `json:"podName"`
+	PodUID        types.UID `json:"podUID"`
+	ContainerName string    `json:"containerName"`
+	ID            string    `json:"id"`
+	Epoch         types.UID `json:"epoch"`
+	Generation    int64     `json:"generation"`
+}
+
+// NodeCleanup records host changes Brewlet made on the node and which were reversed.
+type NodeCleanup struct {
+	// +optional
+	ShimInstalled bool `json:"shimInstalled,omitempty"`
+	// +optional
+	ContainerdHandlerRegistered bool `json:"containerdHandlerRegistered,omitempty"`
+	// +optional
+	// +listType=set
+	InstalledRuntimes []string `json:"installedRuntimes,omitempty"`
+	// +optional
+	Done bool `json:"done,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// NodeRuntime is the per-node shadow: spec from the operator, status from the node's agent.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=nrt,categories=brewlet
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Complete",type=boolean,JSONPath=`.status.complete`
+// +kubebuilder:printcolumn:name="Runtimes",type=string,JSONPath=`.status.runtimes[*].id`
+// +kubebuilder:printcolumn:name="States",type=string,JSONPath=`.status.runtimes[*].state`
+// +kubebuilder:printcolumn:name="Observed",type=date,JSONPath=`.status.observedAt`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type NodeRuntime struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec NodeRuntimeSpec `json:"spec,omitempty"`
+	// +optional
+	Status NodeRuntimeStatus `json:"status,omitempty"`
+}
+
+// NodeRuntimeList is a list of NodeRuntimes.
+//
+// +kubebuilder:object:root=true
+type NodeRuntimeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeRuntime `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&NodeRuntime{}, &NodeRuntimeList{})
+}

@@ -1,0 +1,204 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// RuntimeImageSpec is a platform team's approval of one digest-pinned runtime image under
+// a stable ID (the object's name).
+type RuntimeImageSpec struct {
+	// Source names the image. Changing source.image is a rotation.
+	Source RuntimeImageSource `json:"source"`
+
+	// User is the numeric identity the runtime's account files define for applications.
+	// It is part of the ID's compatibility promise and cannot change.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.user is immutable: it is part of the runtime ID's compatibility promise; create a RuntimeImage with a new ID for a different user"
+	User RuntimeUser `json:"user"`
+
+	// Description is informational.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Description string `json:"description,omitempty"`
+
+	// Compatibility is informational: what applications on this ID may rely on.
+	// +optional
+	Compatibility *Compatibility `json:"compatibility,omitempty"`
+}
+
+// RuntimeImageSource is where the runtime comes from.
+type RuntimeImageSource struct {
+	// Image is registry/repository@sha256:<64 lowercase hex>: an image index (the node's
+	// platform is chosen per node) or a single manifest. Tags are refused.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*(:[0-9]+)?(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)+@sha256:[a-f0-9]{64}$')",message="source.image must be registry/repository@sha256:<64 lowercase hex digits>; tags are not accepted, pin the image by digest (for example with 'crane digest')"
+	Image string `json:"image"`
+}
+
+// RuntimeUser is a non-root numeric identity.
+type RuntimeUser struct {
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2147483647
+	UID int64 `json:"uid"`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2147483647
+	GID int64 `json:"gid"`
+}
+
+// Compatibility describes the promise an ID makes across rotations.
+type Compatibility struct {
+	// Ecosystem, for example "python-3.12" or "jre-21".
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Ecosystem string `json:"ecosystem,omitempty"`
+	// ABI, for example "glibc-2.36-amd64".
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	ABI string `json:"abi,omitempty"`
+}
+
+// RuntimeImageStatus is written by the operator.
+type RuntimeImageStatus struct {
+	// Epoch is the object's UID: a recreated RuntimeImage of the same name starts anew.
+	// +optional
+	Epoch types.UID `json:"epoch,omitempty"`
+	// Generation counts source.image changes within the epoch, starting at 1.
+	// +optional
+	Generation int64 `json:"generation,omitempty"`
+	// Digest is the digest of the current generation.
+	// +optional
+	Digest string `json:"digest,omitempty"`
+	// ObservedGeneration is the metadata.generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// TaskObservations lists, per node, containers still on an older generation or a
+	// previous epoch. Diagnosis only: cleanup never trusts it. Bounded in size.
+	// +optional
+	// +listType=atomic
+	TaskObservations []TaskObservation `json:"taskObservations,omitempty"`
+	// OmittedNodes counts nodes left out of taskObservations to bound the object's size.
+	// +optional
+	OmittedNodes int32 `json:"omittedNodes,omitempty"`
+	// Rotation is the progress of the current generation across nodes.
+	// +optional
+	Rotation *RotationStatus `json:"rotation,omitempty"`
+}
+
+// TaskObservation is one node's report of containers on an older generation or epoch.
+type TaskObservation struct {
+	NodeName string    `json:"nodeName"`
+	NodeUID  types.UID `json:"nodeUID"`
+	// Current is false when the node's report is stale; its last bindings are kept.
+	Current    bool        `json:"current"`
+	ObservedAt metav1.Time `json:"observedAt"`
+	// +optional
+	// +listType=atomic
+	Bindings []TaskBinding `json:"bindings,omitempty"`
+	// Omitted counts bindings left out on this node.
+	// +optional
+	Omitted int32 `json:"omitted,omitempty"`
+}
+
+// TaskBinding is one running container and the runtime generation it started on.
+type TaskBinding struct {
+	PodNamespace  string    `json:"podNamespace"`
+	PodName       string    `json:"podName"`
+	PodUID        types.UID `json:"podUID"`
+	ContainerName string    `json:"containerName"`
+	Epoch         types.UID `json:"epoch"`
+	Generation    int64     `json:"generation"`
+}
+
+// RotationStatus is the fleet's progress towards the target generation.
+type RotationStatus struct {
+	Target RotationTarget `json:"target"`
+	// +optional
+	Nodes RotationNodeCounts `json:"nodes,omitempty"`
+	// RotationCompletedAt is set once per target, when every assigned node is current.
+	// +optional
+	RotationCompletedAt *metav1.Time `json:"rotationCompletedAt,omitempty"`
+	// +optional
+	// +listType=atomic
+	ExcludedNodes []ExcludedNode `json:"excludedNodes,omitempty"`
+	// +optional
+	// +listType=atomic
+	Restarts []WorkloadRestart `json:"restarts,omitempty"`
+}
+
+// RotationTarget is the generation a rotation moves to.
+type RotationTarget struct {
+	Generation int64       `json:"generation"`
+	Digest     string      `json:"digest"`
+	AssignedAt metav1.Time `json:"assignedAt"`
+}
+
+// RotationNodeCounts counts assigned nodes by state.
+type RotationNodeCounts struct {
+	Current    int32 `json:"current"`
+	Installing int32 `json:"installing"`
+	Failed     int32 `json:"failed"`
+	Excluded   int32 `json:"excluded"`
+}
+
+// ExcludedNode is a node left out of the rotation and why.
+type ExcludedNode struct {
+	Name       string    `json:"name"`
+	UID        types.UID `json:"uid"`
+	Reason     string    `json:"reason"`
+	Generation int64     `json:"generation"`
+}
+
+// WorkloadRestart is the outcome of one opted-in workload's restart.
+type WorkloadRestart struct {
+	// +kubebuilder:validation:Enum=Deployment;StatefulSet;DaemonSet
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// +kubebuilder:validation:Enum=Pending;InProgress;Succeeded;Failed;Deferred;NotApplicable
+	Outcome string `json:"outcome"`
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+}
+
+// RuntimeImage approves one digest-pinned runtime image under a stable ID (its name).
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=ri,categories=brewlet
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Generation",type=integer,JSONPath=`.status.generation`
+// +kubebuilder:printcolumn:name="Approved",type=string,JSONPath=`.status.conditions[?(@.type=="Approved")].status`
+// +kubebuilder:printcolumn:name="Rotated",type=string,JSONPath=`.status.conditions[?(@.type=="RotationComplete")].status`
+// +kubebuilder:printcolumn:name="Old-Tasks",type=string,JSONPath=`.status.conditions[?(@.type=="OldGenerationTasks")].status`
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.source.image`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 55",message="a RuntimeImage name is a runtime ID of at most 55 characters"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="a RuntimeImage name is a runtime ID: a lowercase DNS subdomain without '@', ':' or '/'"
+type RuntimeImage struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec RuntimeImageSpec `json:"spec"`
+	// +optional
+	Status RuntimeImageStatus `json:"status,omitempty"`
+}
+
+// RuntimeImageList is a list of RuntimeImages.
+//
+// +kubebuilder:object:root=true
+type RuntimeImageList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RuntimeImage `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&RuntimeImage{}, &RuntimeImageList{})
+}

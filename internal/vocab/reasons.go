@@ -1,0 +1,89 @@
+package vocab
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Reason is a machine-readable refusal or state reason. Every refusal a user can see
+// (CRI errors, conditions, events, CLI exits) carries exactly one of these.
+type Reason string
+
+// Reasons of SPEC.md, grouped by where they arise.
+const (
+	// Configuration (operator, admission).
+	ReasonPoolConflict        Reason = "PoolConflict"
+	ReasonUnknownRuntimeImage Reason = "UnknownRuntimeImage"
+
+	// Artifact recognition and content (CLI at build time, shim at container create).
+	ReasonLayerPathViolation       Reason = "LayerPathViolation"
+	ReasonUnsupportedArtifact      Reason = "UnsupportedArtifact"
+	ReasonInvalidLaunchConfig      Reason = "InvalidLaunchConfig"
+	ReasonLaunchConfigMismatch     Reason = "LaunchConfigMismatch"
+	ReasonRuntimeImageIncompatible Reason = "RuntimeImageIncompatible"
+	ReasonInvalidImageReference    Reason = "InvalidImageReference"
+
+	// Runtime selection and authorization (shim).
+	ReasonRuntimeImageRequired             Reason = "RuntimeImageRequired"
+	ReasonInvalidRuntimeImageID            Reason = "InvalidRuntimeImageID"
+	ReasonRuntimeImageNotInstalled         Reason = "RuntimeImageNotInstalled"
+	ReasonRuntimeImageRevoked              Reason = "RuntimeImageRevoked"
+	ReasonRuntimeImageAuthorizationExpired Reason = "RuntimeImageAuthorizationExpired"
+	ReasonRuntimeImageEpochMismatch        Reason = "RuntimeImageEpochMismatch"
+	ReasonRuntimeImageUpdating             Reason = "RuntimeImageUpdating"
+	ReasonRuntimeImageInstalling           Reason = "RuntimeImageInstalling"
+	ReasonNodeNotReady                     Reason = "NodeNotReady"
+
+	// Process rules (shim).
+	ReasonRootNotSupported     Reason = "RootNotSupported"
+	ReasonExecStateUnavailable Reason = "ExecStateUnavailable"
+
+	// Runtime (golden) image validation and installation (CLI, provisioner).
+	ReasonInvalidRuntimePath     Reason = "InvalidRuntimePath"
+	ReasonInvalidAccountFiles    Reason = "InvalidAccountFiles"
+	ReasonPrivilegedRuntimeFile  Reason = "PrivilegedRuntimeFile"
+	ReasonPlatformUnavailable    Reason = "PlatformUnavailable"
+	ReasonDigestMismatch         Reason = "DigestMismatch"
+	ReasonRuntimeImagePullFailed Reason = "RuntimeImagePullFailed"
+
+	// Rotation restarts (operator).
+	ReasonRestartNotApplicable Reason = "RestartNotApplicable"
+	ReasonRestartDeferred      Reason = "RestartDeferred"
+)
+
+// Error is a refusal: a Reason and a message saying what happened, to what, and what to
+// do about it. Callers read the reason with ReasonOf, never by matching message text.
+type Error struct {
+	Reason  Reason
+	Message string
+	Err     error // optional cause
+}
+
+// Error renders "<Reason>: <message>", the form users see in kubectl describe and crictl.
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Reason, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%s: %s", e.Reason, e.Message)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf builds a refusal with a formatted message.
+func Errorf(r Reason, format string, args ...any) error {
+	return &Error{Reason: r, Message: fmt.Sprintf(format, args...)}
+}
+
+// Wrap builds a refusal that keeps its cause.
+func Wrap(r Reason, err error, format string, args ...any) error {
+	return &Error{Reason: r, Message: fmt.Sprintf(format, args...), Err: err}
+}
+
+// ReasonOf returns the reason of the first refusal in err's chain, or "" if there is none.
+func ReasonOf(err error) Reason {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ""
+}

@@ -1,0 +1,139 @@
+// Package vocab is Brewlet's single vocabulary: every label, annotation, finalizer,
+// condition type, state and reason code the components exchange is declared here once, so
+// that the operator, the provisioner, the shim and the CLI can never drift apart on a
+// spelling. Nothing else in the project spells these strings.
+package vocab
+
+// Domain is the prefix of every Brewlet label and annotation.
+const Domain = "brewlet.sh"
+
+// API group of Brewlet's resources.
+const (
+	Group   = "node." + Domain
+	Version = "v1alpha1"
+)
+
+// RuntimeClass and containerd handler.
+const (
+	// RuntimeClassName is the Kubernetes RuntimeClass and the CRI runtime handler name.
+	RuntimeClassName = "brewlet"
+	// ShimRuntimeType is containerd's runtime_type for the Brewlet shim; containerd maps it
+	// to the binary name containerd-shim-brewlet-v2.
+	ShimRuntimeType = "io.containerd.brewlet.v2"
+	// ShimBinaryName is the shim's executable name on containerd's PATH.
+	ShimBinaryName = "containerd-shim-brewlet-v2"
+	// PodAnnotationPassthrough is the CRI pod_annotations pattern containerd forwards to
+	// the shim's OCI spec.
+	PodAnnotationPassthrough = Domain + "/*"
+)
+
+// Node labels. Their only writer is the node's own provisioner.
+const (
+	// LabelRuntime is "ready" on a node that can start Brewlet containers at all.
+	LabelRuntime = Domain + "/runtime"
+	// LabelRuntimePrefix + <id> is ready or available for each runtime ID the node offers.
+	LabelRuntimePrefix = Domain + "/runtime."
+	// LabelValueReady: installed and authorized.
+	LabelValueReady = "ready"
+	// LabelValueAvailable: offered OnDemand, installed at first use.
+	LabelValueAvailable = "available"
+)
+
+// RuntimeLabel is the per-ID capability label key of a node.
+func RuntimeLabel(id string) string { return LabelRuntimePrefix + id }
+
+// Annotations.
+const (
+	// AnnotationRuntimeImage names the runtime ID a pod runs on.
+	AnnotationRuntimeImage = Domain + "/runtime-image"
+	// AnnotationRotatedToGeneration is the pod-template barrier {id, epoch, generation}
+	// the operator sets to restart a workload after a rotation.
+	AnnotationRotatedToGeneration = Domain + "/rotated-to-generation"
+	// AnnotationRestartOnRotation is the workload owner's opt-in ("true") on the
+	// Deployment/StatefulSet/DaemonSet object.
+	AnnotationRestartOnRotation = Domain + "/restart-on-rotation"
+	// AnnotationArtifactVersion marks an application artifact's manifest.
+	AnnotationArtifactVersion = Domain + "/artifact-version"
+	// ArtifactVersion is the only artifact version this release understands.
+	ArtifactVersion = "2"
+	// AnnotationLayer gives each artifact layer its role.
+	AnnotationLayer = Domain + "/layer"
+)
+
+// Artifact layer roles (values of AnnotationLayer).
+const (
+	LayerApp        = "app"
+	LayerDependency = "dependency"
+	LayerLaunch     = "launch"
+)
+
+// Finalizers.
+const (
+	// FinalizerRevocation holds a RuntimeImage until every node withdrew its labels and
+	// authorizations for that epoch.
+	FinalizerRevocation = Group + "/revocation"
+	// FinalizerCleanup holds a NodeProfile until every node it changed is cleaned up.
+	FinalizerCleanup = Group + "/cleanup"
+)
+
+// ConditionType is a status condition type of a Brewlet resource.
+type ConditionType string
+
+// RuntimeImage conditions.
+const (
+	ConditionApproved            ConditionType = "Approved"
+	ConditionRotationProgressing ConditionType = "RotationProgressing"
+	ConditionRotationComplete    ConditionType = "RotationComplete"
+	ConditionOldGenerationTasks  ConditionType = "OldGenerationTasks"
+)
+
+// NodeProfile conditions.
+const (
+	ConditionReady             ConditionType = "Ready"
+	ConditionCleanupComplete   ConditionType = "CleanupComplete"
+	ConditionRetirementPending ConditionType = "RetirementPending"
+)
+
+// RuntimeState is the state of one runtime ID on one node (NodeRuntime status).
+type RuntimeState string
+
+const (
+	StateInstalling RuntimeState = "Installing"
+	StateReady      RuntimeState = "Ready"
+	StateFailed     RuntimeState = "Failed"
+	StateAvailable  RuntimeState = "Available"
+	StateRevoked    RuntimeState = "Revoked"
+)
+
+// InstallMode says when a node installs a runtime a profile offers.
+type InstallMode string
+
+const (
+	InstallEager    InstallMode = "Eager"
+	InstallOnDemand InstallMode = "OnDemand"
+)
+
+// ContainerdRestart says whether the provisioner may change and restart containerd.
+type ContainerdRestart string
+
+const (
+	ContainerdRestartValidated ContainerdRestart = "validated"
+	ContainerdRestartNone      ContainerdRestart = "none"
+)
+
+// RetirementPhase is the phase of a NodeRetirementEvidence.
+type RetirementPhase string
+
+const (
+	RetirementBlocked  RetirementPhase = "Blocked"
+	RetirementAccepted RetirementPhase = "Accepted"
+	RetirementResolved RetirementPhase = "Resolved"
+)
+
+// ID grammar of runtime IDs (RuntimeImage names): a lowercase DNS subdomain of at most
+// MaxRuntimeIDLength characters. The same expression is enforced by the API server (CEL)
+// and by ValidRuntimeID for bytes that reach a node.
+const (
+	RuntimeIDPattern   = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	MaxRuntimeIDLength = 55
+)

@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/test/framework"
+)
+
+const goodDigest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+func runtimeImage(name, image string) *brewletv1.RuntimeImage {
+	return &brewletv1.RuntimeImage{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: brewletv1.RuntimeImageSpec{
+			Source: brewletv1.RuntimeImageSource{Image: image},
+			User:   brewletv1.RuntimeUser{UID: 10001, GID: 10001},
+		},
+	}
+}
+
+// expectDenied fails unless err is an API refusal whose message contains want.
+func expectDenied(t *testing.T, err error, want string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("the API server accepted the object; want a refusal mentioning %q", want)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("refusal %q does not mention %q", err.Error(), want)
+	}
+}
+
+func TestCRDValidation(t *testing.T) {
+	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{})
+	ctx, c := context.Background(), cp.Client
+
+	t.Run("RuntimeImage source must be digest-pinned", func(t *testing.T) {
+		for _, img := range []string{
+			"registry.example/python:3.12",
+			"registry.example/python:3.12@" + goodDigest,
+			"python@" + goodDigest, // no registry
+			"registry.example/python@sha256:ABCDEF",
+			"registry.example/python@sha256:" + strings.Repeat("A", 64),
+			"registry.example/python",
+		} {
+			err := c.Create(ctx, runtimeImage("python-3.12", img))
+			expectDenied(t, err, "pin the image by digest")
+		}
+	})
+
+	t.Run("RuntimeImage name is a runtime ID", func(t *testing.T) {
+		expectDenied(t, c.Create(ctx, runtimeImage(strings.Repeat("a", 56), "registry.example/py@"+goodDigest)), "at most 55 characters")
+		// Kubernetes' own name rules already refuse '@', ':' and '/'; a name with
+		// uppercase letters never reaches CEL either. An ID at the limit is accepted.
+		ok := runtimeImage(strings.Repeat("a", 55), "registry.example/py@"+goodDigest)
+		if err := c.Create(ctx, ok); err != nil {
+			t.Fatalf("55-character ID refused: %v", err)
+		}
+	})
+
+	t.Run("RuntimeImage accepted, status subresource, user immutable", func(t *testing.T) {
+		ri := runtimeImage("python-3.12", "127.0.0.1:5000/runtimes/python@"+goodDigest)
+		if err := c.Create(ctx, ri); err != nil {
+			t.Fatalf("valid RuntimeImage refused: %v", err)
+		}
+		ri.Status.Epoch = ri.UID
+		ri.Status.Generation = 1
+		ri.Status.Digest = goodDigest
+		ri.Status.Conditions = []metav1.Condition{{Type: "Approved", Status: metav1.ConditionTrue,
+			Reason: "Approved", Message: "approved", LastTransitionTime: metav1.NewTime(time.Now())}}
+		if err := c.Status().Update(ctx, ri); err != nil {
+			t.Fatalf("status update: %v", err)
+		}
+		got := &brewletv1.RuntimeImage{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(ri), got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Generation != 1 || got.Status.Epoch != ri.UID {
+			t.Fatalf("status not stored: %+v", got.Status)
+		}
+		// Status writes through the main resource are ignored (status subresource).
+		got.Status.Generation = 7
+		got.Spec.Description = "CPython 3.12 on Debian"
+		if err := c.Update(ctx, got); err != nil {
+			t.Fatalf("spec update: %v", err)
+		}
+		if got.Status.Generation != 1 {
+			t.Fatalf("a spec update changed status.generation to %d", got.Status.Generation)
+		}
+		got.Spec.User.UID = 0
+		expectDenied(t, c.Update(ctx, got), "") // uid 0 is below the minimum
+		got.Spec.User.UID = 20000
+		expectDenied(t, c.Update(ctx, got), "spec.user is immutable")
+		// Printer columns come from the generated CRD.
+		out, err := cp.Kubectl(t, "get", "runtimeimages.node.brewlet.sh", "python-3.12")
+		if err != nil || !strings.Contains(out, "GENERATION") || !strings.Contains(out, "APPROVED") {
+			t.Fatalf("kubectl get runtimeimages: %v\n%s", err, out)
+		}
+		out, err = cp.Kubectl(t, "get", "ri", "python-3.12",
+			`-o=jsonpath={.status.conditions[?(@.type=="Approved")].status}`)
+		if err != nil || strings.TrimSpace(out) != "True" {
+			t.Fatalf("short name ri: %v %q", err, out)
+		}
+	})
+
+	t.Run("NodeProfile defaults and idleTTL only with OnDemand", func(t *testing.T) {
+		np := &brewletv1.NodeProfile{
+			ObjectMeta: metav1.ObjectMeta{Name: "general"},
+			Spec: brewletv1.NodeProfileSpec{
+				NodePool:      brewletv1.NodePool{Key: "pool.example/name", Names: []string{"general"}},
+				RuntimeImages: []brewletv1.OfferedRuntime{{ID: "python-3.12"}},
+			},
+		}
+		if err := c.Create(ctx, np); err != nil {
+			t.Fatalf("valid NodeProfile refused: %v", err)
+		}
+		if np.Spec.RuntimeImages[0].Install != "Eager" || np.Spec.ContainerdRestart != "validated" {
+			t.Fatalf("defaults not applied: install=%q containerdRestart=%q", np.Spec.RuntimeImages[0].Install, np.Spec.ContainerdRestart)
+		}
+		bad := np.DeepCopy()
+		bad.ResourceVersion, bad.Name = "", "bad"
+		bad.Spec.RuntimeImages[0].IdleTTL = &metav1.Duration{Duration: time.Hour}
+		expectDenied(t, c.Create(ctx, bad), "idleTTL applies only to install: OnDemand")
+		bad.Spec.RuntimeImages[0].Install = "Lazy"
+		expectDenied(t, c.Create(ctx, bad), "Unsupported value")
+		bad.Spec.RuntimeImages[0].Install = "OnDemand"
+		if err := c.Create(ctx, bad); err != nil {
+			t.Fatalf("OnDemand with idleTTL refused: %v", err)
+		}
+	})
+
+	t.Run("NodeRetirementEvidence is immutable", func(t *testing.T) {
+		nre := &brewletv1.NodeRetirementEvidence{
+			ObjectMeta: metav1.ObjectMeta{Name: "n1-retired"},
+			Spec: brewletv1.NodeRetirementEvidenceSpec{NodeName: "n1", NodeUID: "8c1f0a4e-0000-4000-8000-000000000001",
+				InstanceID: "i-0abc", RetiredAt: metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second)),
+				EvidenceRef: "TICKET-42"},
+		}
+		if err := c.Create(ctx, nre); err != nil {
+			t.Fatalf("NodeRetirementEvidence refused: %v", err)
+		}
+		nre.Spec.InstanceID = "i-other"
+		expectDenied(t, c.Update(ctx, nre), "NodeRetirementEvidence is immutable")
+	})
+
+	t.Run("NodeRuntime status subresource", func(t *testing.T) {
+		nrt := &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+		if err := c.Create(ctx, nrt); err != nil {
+			t.Fatal(err)
+		}
+		nrt.Status.Complete = true
+		nrt.Status.Runtimes = []brewletv1.NodeRuntimeEntry{{ID: "python-3.12", State: "Ready", Generation: 1}}
+		if err := c.Status().Update(ctx, nrt); err != nil {
+			t.Fatalf("status update: %v", err)
+		}
+		nrt.Status.Runtimes[0].State = "Happy"
+		expectDenied(t, c.Status().Update(ctx, nrt), "Unsupported value")
+	})
+}

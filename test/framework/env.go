@@ -1,0 +1,73 @@
+// Package framework starts real Kubernetes and containerd components for Brewlet's tests:
+// etcd and kube-apiserver (optionally kube-controller-manager, kube-scheduler, kwok), and a
+// node of containerd, runc, a loopback OCI registry and a private CNI bridge. Everything
+// lives on private paths, ports, sockets, bridge and cgroup names, and is removed when the
+// test ends, also on failure, interrupt or timeout (see Main and the janitor).
+package framework
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// InCI reports whether the tests run under CI, where a tier that cannot start its
+// components is a failure, never a skip.
+func InCI() bool {
+	v := strings.ToLower(os.Getenv("CI"))
+	return v != "" && v != "0" && v != "false"
+}
+
+// Unavailable ends a test whose real components cannot run here: a failure under CI, a
+// skip with the reason elsewhere.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if InCI() {
+		t.Fatalf("CI=true and a required component is unavailable: %s", msg)
+	}
+	t.Skipf("component unavailable (run 'make tools' as root): %s", msg)
+}
+
+// ToolsBin is the directory of the pinned tools built by hack/tools.sh.
+func ToolsBin() string {
+	if d := os.Getenv("BREWLET_TOOLS_BIN"); d != "" {
+		return d
+	}
+	if c := os.Getenv("BREWLET_TOOLS_CACHE"); c != "" {
+		return filepath.Join(c, "bin")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "brewlet-tools", "bin")
+}
+
+// Tool returns the path of a pinned tool, or ends the test as Unavailable.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	p := filepath.Join(ToolsBin(), name)
+	if _, err := os.Stat(p); err != nil {
+		Unavailable(t, "tool %s not found in %s (build it with hack/tools.sh)", name, ToolsBin())
+	}
+	return p
+}
+
+// RequireRoot ends the test as Unavailable unless it runs as root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Unavailable(t, "node tests need root (containerd, runc, mounts, bridges)")
+	}
+}
+
+// RepoRoot is the directory holding the project's go.mod.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
+		t.Fatalf("cannot locate the repository root (go env GOMOD): %v", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}

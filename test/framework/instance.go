@@ -1,0 +1,226 @@
+package framework
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// BaseDir holds one directory per running harness instance. It is private to Brewlet's
+// tests; nothing outside it is written except the bridge and cgroups each instance records.
+func BaseDir() string {
+	if d := os.Getenv("BREWLET_E2E_DIR"); d != "" {
+		return d
+	}
+	return "/tmp/brewlet-e2e"
+}
+
+// Resources are the host resources an instance created outside ordinary child processes.
+// They are persisted next to the instance so that a janitor can remove them when the test
+// process died before it could (kill -9, a CI timeout).
+type Resources struct {
+	Owner        ProcRecord   `json:"owner"`
+	Processes    []ProcRecord `json:"processes,omitempty"`
+	Bridge       string       `json:"bridge,omitempty"`
+	CgroupParent string       `json:"cgroupParent,omitempty"`
+}
+
+// ProcRecord identifies a process across PID reuse.
+type ProcRecord struct {
+	Name      string `json:"name"`
+	PID       int    `json:"pid"`
+	StartTime string `json:"startTime"`
+}
+
+// Instance is one harness component set (a control plane or a node) and its directory.
+type Instance struct {
+	Dir string
+	ID  string
+
+	mu      sync.Mutex
+	res     Resources
+	procs   []*Process
+	hooks   []func()
+	cleaned bool
+}
+
+var (
+	liveMu    sync.Mutex
+	instances = map[*Instance]bool{}
+)
+
+// NewInstance creates a private directory for a component set and registers its cleanup
+// with the test and with the process-wide registry that Main drains on timeout or signal.
+func NewInstance(t testing.TB, kind string) *Instance {
+	t.Helper()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	id := hex.EncodeToString(b)
+	dir := filepath.Join(BaseDir(), kind+"-"+id)
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		t.Fatalf("create instance dir: %v", err)
+	}
+	self, err := procRecord("test", os.Getpid())
+	if err != nil {
+		t.Fatalf("identify test process: %v", err)
+	}
+	in := &Instance{Dir: dir, ID: id, res: Resources{Owner: self}}
+	in.persist()
+	liveMu.Lock()
+	instances[in] = true
+	liveMu.Unlock()
+	t.Cleanup(func() {
+		if t.Failed() {
+			in.dumpLogs(t)
+		}
+		if err := in.Cleanup(); err != nil {
+			t.Errorf("cleanup of %s: %v", dir, err)
+		}
+	})
+	return in
+}
+
+// Update changes the persisted resources.
+func (in *Instance) Update(fn func(*Resources)) {
+	in.mu.Lock()
+	fn(&in.res)
+	in.mu.Unlock()
+	in.persist()
+}
+
+// OnCleanup registers fn to run first at cleanup (last registered runs first), while the
+// instance's processes are still alive, e.g. to remove pods through CRI.
+func (in *Instance) OnCleanup(fn func()) {
+	in.mu.Lock()
+	in.hooks = append(in.hooks, fn)
+	in.mu.Unlock()
+}
+
+func (in *Instance) persist() {
+	in.mu.Lock()
+	b, _ := json.MarshalIndent(in.res, "", "  ")
+	in.mu.Unlock()
+	tmp := filepath.Join(in.Dir, ".resources.json.tmp")
+	if os.WriteFile(tmp, b, 0o644) == nil {
+		_ = os.Rename(tmp, filepath.Join(in.Dir, "resources.json"))
+	}
+}
+
+// Cleanup stops everything the instance started and removes every trace of it. It is
+// idempotent and safe to call from several places.
+func (in *Instance) Cleanup() error {
+	in.mu.Lock()
+	if in.cleaned {
+		in.mu.Unlock()
+		return nil
+	}
+	in.cleaned = true
+	hooks := append([]func(){}, in.hooks...)
+	procs := append([]*Process{}, in.procs...)
+	res := in.res
+	in.mu.Unlock()
+	liveMu.Lock()
+	delete(instances, in)
+	liveMu.Unlock()
+
+	for i := len(hooks) - 1; i >= 0; i-- {
+		runBounded(hooks[i], 60*time.Second)
+	}
+	var errs []error
+	// Container processes first, so that shims and containerd exit cleanly.
+	if res.CgroupParent != "" {
+		killCgroupProcesses(res.CgroupParent)
+	}
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].Stop(10 * time.Second)
+	}
+	errs = append(errs, removeHostResources(in.Dir, res)...)
+	return errors.Join(errs...)
+}
+
+func runBounded(fn func(), d time.Duration) {
+	done := make(chan struct{})
+	go func() { defer close(done); fn() }()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
+}
+
+// removeHostResources is shared by Cleanup and the janitor: it kills what is left, then
+// removes mounts, the bridge, cgroups and the directory.
+func removeHostResources(dir string, res Resources) []error {
+	var errs []error
+	if res.CgroupParent != "" {
+		killCgroupProcesses(res.CgroupParent)
+	}
+	for _, p := range res.Processes {
+		killRecorded(p)
+	}
+	killReferencing(dir) // containerd shims and anything else started with our paths
+	if err := unmountUnder(dir); err != nil {
+		errs = append(errs, err)
+	}
+	if res.Bridge != "" {
+		if err := deleteLink(res.Bridge); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if res.CgroupParent != "" {
+		if err := removeCgroups(res.CgroupParent); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, fmt.Errorf("remove %s: %w", dir, err))
+	}
+	return errs
+}
+
+func (in *Instance) dumpLogs(t testing.TB) {
+	files, _ := filepath.Glob(filepath.Join(in.Dir, "logs", "*.log"))
+	for _, f := range files {
+		t.Logf("---- last lines of %s ----\n%s", filepath.Base(f), tailFile(f, 40))
+	}
+}
+
+// CleanupAll removes every live instance of this process (used on timeout and signals).
+func CleanupAll() {
+	liveMu.Lock()
+	list := make([]*Instance, 0, len(instances))
+	for in := range instances {
+		list = append(list, in)
+	}
+	liveMu.Unlock()
+	for _, in := range list {
+		_ = in.Cleanup()
+	}
+}
+
+// Sweep removes instances whose owning test process is gone: what a killed test left.
+func Sweep() []error {
+	dirs, _ := filepath.Glob(filepath.Join(BaseDir(), "*"))
+	var errs []error
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, "resources.json"))
+		if err != nil {
+			continue // not ours, or still being created
+		}
+		var res Resources
+		if json.Unmarshal(b, &res) != nil || res.Owner.PID == 0 {
+			continue
+		}
+		if sameProcess(res.Owner) {
+			continue // its test is still running
+		}
+		errs = append(errs, removeHostResources(dir, res)...)
+	}
+	return errs
+}

@@ -1,0 +1,267 @@
+package framework
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// Node is a real container node: containerd with its CRI plugin, runc, a loopback OCI
+// registry and a private CNI bridge. It offers the stock "runc" handler and the "brewlet"
+// handler served by the shim built from this repository.
+type Node struct {
+	*Instance
+	Registry     string // host:port of the loopback registry
+	Socket       string // containerd's gRPC socket
+	CgroupParent string // private cgroup parent of every pod
+	Bridge       string
+	Subnet       string
+	BinDir       string // shim, pause; first on containerd's PATH
+	ConfigPath   string
+	Containerd   *Process
+	RegistryProc *Process
+	Runtime      runtimeapi.RuntimeServiceClient
+	Images       runtimeapi.ImageServiceClient
+	PauseImage   string // repo@digest in the registry
+	BusyboxImage string
+	conn         *grpc.ClientConn
+}
+
+// StartNode starts a node. It is removed (pods, shims, mounts, bridge, cgroups, files)
+// when the test ends.
+func StartNode(t testing.TB) *Node {
+	t.Helper()
+	RequireRoot(t)
+	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "runc", "registry", "crictl"} {
+		Tool(t, tool)
+	}
+	for _, f := range []string{"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback", "/bin/busybox"} {
+		if _, err := os.Stat(f); err != nil {
+			Unavailable(t, "%s missing (Debian packages containernetworking-plugins, busybox-static; run hack/tools.sh debs)", f)
+		}
+	}
+	in := NewInstance(t, "n")
+	n := &Node{Instance: in, BinDir: filepath.Join(in.Dir, "bin"), Socket: filepath.Join(in.Dir, "containerd.sock"),
+		CgroupParent: "brewlet-e2e-" + in.ID, Bridge: "brw" + in.ID}
+	subnet, err := freeSubnet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Subnet = subnet
+	// Record host resources before anything can create them.
+	in.Update(func(r *Resources) { r.Bridge, r.CgroupParent = n.Bridge, n.CgroupParent })
+	steps := []struct {
+		name string
+		fn   func(testing.TB) error
+	}{
+		{"build shim and pause", n.buildBinaries},
+		{"start registry", n.startRegistry},
+		{"push base images", n.pushBaseImages},
+		{"start containerd", n.startContainerd},
+	}
+	for _, s := range steps {
+		if err := s.fn(t); err != nil {
+			t.Fatalf("node %s: %s: %v", in.ID, s.name, err)
+		}
+	}
+	in.OnCleanup(n.removePods)
+	return n
+}
+
+func (n *Node) buildBinaries(t testing.TB) error {
+	root := RepoRoot(t)
+	for _, b := range []struct{ pkg, env string }{
+		{"./cmd/" + vocab.ShimBinaryName, ""},
+		{"./test/pause", "CGO_ENABLED=0"},
+	} {
+		cmd := exec.Command("go", "build", "-o", n.BinDir+"/", b.pkg)
+		cmd.Dir = root
+		cmd.Env = os.Environ()
+		if b.env != "" {
+			cmd.Env = append(cmd.Env, b.env)
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	return nil
+}
+
+func (n *Node) startRegistry(t testing.TB) error {
+	n.Registry = "127.0.0.1:" + strconv.Itoa(FreePort(t))
+	cfg := filepath.Join(n.Dir, "registry.yml")
+	body := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n",
+		filepath.Join(n.Dir, "registry"), n.Registry)
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		return err
+	}
+	p, err := n.Start("registry", nil, Tool(t, "registry"), "serve", cfg)
+	if err != nil {
+		return err
+	}
+	n.RegistryProc = p
+	return p.WaitReady(60*time.Second, func(ctx context.Context) error {
+		return httpOK(ctx, http.DefaultClient, "http://"+n.Registry+"/v2/")
+	})
+}
+
+func (n *Node) pushBaseImages(testing.TB) error {
+	pause, err := os.ReadFile(filepath.Join(n.BinDir, "pause"))
+	if err != nil {
+		return err
+	}
+	pl, err := LayerTar([]TarEntry{{Name: "pause", Mode: 0o755, Body: pause}})
+	if err != nil {
+		return err
+	}
+	img, err := Image(v1.Config{Entrypoint: []string{"/pause"}}, pl)
+	if err != nil {
+		return err
+	}
+	if n.PauseImage, err = Push(img, n.Registry+"/e2e/pause:1"); err != nil {
+		return err
+	}
+	bl, err := BusyboxLayer()
+	if err != nil {
+		return err
+	}
+	img, err = Image(v1.Config{Cmd: []string{"sh"}, Env: []string{"PATH=/bin"}}, bl)
+	if err != nil {
+		return err
+	}
+	n.BusyboxImage, err = Push(img, n.Registry+"/e2e/busybox:1")
+	return err
+}
+
+func (n *Node) startContainerd(t testing.TB) error {
+	if err := n.writeCNIConfig(); err != nil {
+		return err
+	}
+	if err := n.writeRegistryHosts(); err != nil {
+		return err
+	}
+	n.ConfigPath = filepath.Join(n.Dir, "containerd.toml")
+	cfg, err := containerdConfig(n, Tool(t, "runc"))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(n.ConfigPath, cfg, 0o644); err != nil {
+		return err
+	}
+	env := []string{"PATH=" + n.BinDir + ":" + ToolsBin() + ":" + os.Getenv("PATH")}
+	p, err := n.Start("containerd", env, Tool(t, "containerd"), "--config", n.ConfigPath)
+	if err != nil {
+		return err
+	}
+	n.Containerd = p
+	n.conn, err = grpc.NewClient("unix://"+n.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	n.OnCleanup(func() { _ = n.conn.Close() })
+	n.Runtime = runtimeapi.NewRuntimeServiceClient(n.conn)
+	n.Images = runtimeapi.NewImageServiceClient(n.conn)
+	return p.WaitReady(60*time.Second, func(ctx context.Context) error {
+		st, err := n.Runtime.Status(ctx, &runtimeapi.StatusRequest{})
+		if err != nil {
+			return err
+		}
+		for _, c := range st.GetStatus().GetConditions() {
+			if (c.Type == runtimeapi.RuntimeReady || c.Type == runtimeapi.NetworkReady) && !c.Status {
+				return fmt.Errorf("CRI condition %s false: %s %s", c.Type, c.Reason, c.Message)
+			}
+		}
+		return nil
+	})
+}
+
+func (n *Node) writeCNIConfig() error {
+	conf := map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       "brewlet-e2e-" + n.ID,
+		"plugins": []any{
+			map[string]any{"type": "bridge", "bridge": n.Bridge, "isGateway": false, "ipMasq": false,
+				"ipam": map[string]any{"type": "host-local", "ranges": [][]map[string]string{{{"subnet": n.Subnet}}},
+					"dataDir": filepath.Join(n.Dir, "cni-ipam")}},
+			map[string]any{"type": "loopback"},
+		},
+	}
+	b, err := json.MarshalIndent(conf, "", "  ")
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(n.Dir, "cni")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "10-brewlet-e2e.conflist"), b, 0o644)
+}
+
+func (n *Node) writeRegistryHosts() error {
+	dir := filepath.Join(n.Dir, "certs.d", n.Registry)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	body := fmt.Sprintf("server = \"http://%s\"\n\n[host.\"http://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", n.Registry, n.Registry)
+	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(body), 0o644)
+}
+
+// freeSubnet picks a /24 in 10.200.0.0/13 that no route of the host covers.
+func freeSubnet() (string, error) {
+	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
+	if err != nil {
+		return "", fmt.Errorf("list routes: %w", err)
+	}
+	var used []*net.IPNet
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		dst := f[0]
+		if dst == "local" || dst == "broadcast" || dst == "unreachable" {
+			if len(f) < 2 {
+				continue
+			}
+			dst = f[1]
+		}
+		if !strings.Contains(dst, "/") {
+			dst += "/32"
+		}
+		if _, nw, err := net.ParseCIDR(dst); err == nil {
+			used = append(used, nw)
+		}
+	}
+	for i := 0; i < 100; i++ {
+		cand := fmt.Sprintf("10.%d.%d.0/24", 200+rand.IntN(8), rand.IntN(256))
+		_, nw, _ := net.ParseCIDR(cand)
+		clash := false
+		for _, u := range used {
+			if u.Contains(nw.IP) || nw.Contains(u.IP) {
+				clash = true
+				break
+			}
+		}
+		if !clash {
+			return cand, nil
+		}
+	}
+	return "", fmt.Errorf("no free /24 in 10.200.0.0/13")
+}

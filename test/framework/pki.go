@@ -1,0 +1,128 @@
+package framework
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// pki is the control plane's certificate set, written as PEM files in dir.
+type pki struct {
+	dir    string
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	CACert string // paths
+	CAKey  string
+	Server string
+	SrvKey string
+	Admin  string
+	AdmKey string
+	SAKey  string // service-account signing key (RSA)
+	SAPub  string
+}
+
+func newPKI(dir string) (*pki, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	p := &pki{dir: dir}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "brewlet-e2e-ca"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	p.ca, _ = x509.ParseCertificate(der)
+	p.caKey = caKey
+	if p.CACert, err = writePEM(dir, "ca.crt", "CERTIFICATE", der); err != nil {
+		return nil, err
+	}
+	if p.CAKey, err = writeECKey(dir, "ca.key", caKey); err != nil {
+		return nil, err
+	}
+	p.Server, p.SrvKey, err = p.issue("apiserver", pkix.Name{CommonName: "kube-apiserver"},
+		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
+		[]net.IP{net.ParseIP("127.0.0.1")}, x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return nil, err
+	}
+	p.Admin, p.AdmKey, err = p.issue("admin", pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}},
+		nil, nil, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return nil, err
+	}
+	sa, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	if p.SAKey, err = writePEM(dir, "sa.key", "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(sa)); err != nil {
+		return nil, err
+	}
+	pub, _ := x509.MarshalPKIXPublicKey(&sa.PublicKey)
+	if p.SAPub, err = writePEM(dir, "sa.pub", "PUBLIC KEY", pub); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// issue signs a leaf certificate with the CA.
+func (p *pki) issue(name string, subj pkix.Name, dns []string, ips []net.IP, usage x509.ExtKeyUsage) (string, string, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      subj,
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		DNSNames:     dns,
+		IPAddresses:  ips,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	if err != nil {
+		return "", "", err
+	}
+	crt, err := writePEM(p.dir, name+".crt", "CERTIFICATE", der)
+	if err != nil {
+		return "", "", err
+	}
+	k, err := writeECKey(p.dir, name+".key", key)
+	return crt, k, err
+}
+
+func writeECKey(dir, name string, k *ecdsa.PrivateKey) (string, error) {
+	der, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		return "", err
+	}
+	return writePEM(dir, name, "EC PRIVATE KEY", der)
+}
+
+func writePEM(dir, name, typ string, der []byte) (string, error) {
+	p := filepath.Join(dir, name)
+	return p, os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
+}
