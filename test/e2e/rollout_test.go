@@ -32,7 +32,7 @@ func TestControlPlaneRolloutOnFakeNodes(t *testing.T) {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{Name: "web", Image: "registry.invalid/web@sha256:" + goodDigest[7:]}},
+					Containers:  []corev1.Container{{Name: "web", Image: "registry.invalid/web@sha256:" + goodDigest[7:]}},
 					Tolerations: []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists}},
 				},
 			},
