@@ -1,0 +1,83 @@
+package artifact
+
+import (
+	"archive/tar"
+	"io"
+	"io/fs"
+	"path"
+	"strings"
+)
+
+const (
+	whiteoutPrefix = ".wh."
+	opaqueMarker   = ".wh..wh..opq"
+	paxXattr       = "SCHILY.xattr."
+)
+
+// opaqueXattrs are the overlay opaque markers a directory may carry.
+var opaqueXattrs = map[string]bool{"trusted.overlay.opaque": true, "user.overlay.opaque": true}
+
+// TarEntries reads a layer tar stream into entries. Entries whose path itself breaks a
+// rule (absolute, '..', unknown type) are returned as violations instead.
+func TarEntries(r io.Reader) ([]Entry, []Violation, error) {
+	tr := tar.NewReader(r)
+	var out []Entry
+	var vs []Violation
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out, vs, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		p, bad := cleanEntryPath(h.Name)
+		if bad != "" {
+			vs = append(vs, Violation{Path: h.Name, Rule: bad, Hint: "archive paths must be relative and stay under app/"})
+			continue
+		}
+		e := Entry{Path: p, Mode: fs.FileMode(h.Mode & 0o777)}
+		if h.Mode&0o4000 != 0 {
+			e.Mode |= fs.ModeSetuid
+		}
+		if h.Mode&0o2000 != 0 {
+			e.Mode |= fs.ModeSetgid
+		}
+		for k, val := range h.PAXRecords {
+			if name, ok := strings.CutPrefix(k, paxXattr); ok {
+				if opaqueXattrs[name] && val == "y" {
+					e.Opaque = true
+				} else {
+					e.Xattrs = append(e.Xattrs, name)
+				}
+			}
+		}
+		base := path.Base(p)
+		switch {
+		case base == opaqueMarker:
+			e.Path, e.Type, e.Opaque = path.Dir(p), TypeDir, true
+			e.Mode = 0o755
+		case strings.HasPrefix(base, whiteoutPrefix):
+			e.Path, e.Type = path.Join(path.Dir(p), strings.TrimPrefix(base, whiteoutPrefix)), TypeWhiteout
+		default:
+			switch h.Typeflag {
+			case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // old archives still use TypeRegA
+				e.Type = TypeFile
+			case tar.TypeDir:
+				e.Type = TypeDir
+			case tar.TypeSymlink:
+				e.Type, e.Linkname = TypeSymlink, h.Linkname
+			case tar.TypeLink:
+				e.Type, e.Linkname = TypeHardlink, h.Linkname
+			case tar.TypeChar, tar.TypeBlock:
+				e.Type = TypeDevice
+			case tar.TypeFifo:
+				e.Type = TypeFIFO
+			default:
+				vs = append(vs, Violation{Path: h.Name, Rule: RuleEntryType, Hint: "only files, directories, symlinks and hardlinks are allowed"})
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+}
