@@ -26,10 +26,14 @@ type ent struct {
 	socket bool // directory front end only: a unix socket
 }
 
-func dir(name string) ent              { return ent{name: name, typ: tar.TypeDir, mode: 0o755} }
-func file(name string) ent             { return ent{name: name, typ: tar.TypeReg, mode: 0o644} }
-func symlink(name, target string) ent  { return ent{name: name, typ: tar.TypeSymlink, mode: 0o777, link: target} }
-func hardlink(name, target string) ent { return ent{name: name, typ: tar.TypeLink, mode: 0o644, link: target} }
+func dir(name string) ent  { return ent{name: name, typ: tar.TypeDir, mode: 0o755} }
+func file(name string) ent { return ent{name: name, typ: tar.TypeReg, mode: 0o644} }
+func symlink(name, target string) ent {
+	return ent{name: name, typ: tar.TypeSymlink, mode: 0o777, link: target}
+}
+func hardlink(name, target string) ent {
+	return ent{name: name, typ: tar.TypeLink, mode: 0o644, link: target}
+}
 
 func tarLayer(t testing.TB, es []ent) []byte {
 	t.Helper()
