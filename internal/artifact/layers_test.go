@@ -269,7 +269,7 @@ func FuzzValidateTarLayer(f *testing.F) {
 			t.Fatalf("accepted a layer whose entries do not read cleanly: %v %v", rerr, vs)
 		}
 		for _, e := range es {
-			if e.Path != "." && !underApp(e.Path) {
+			if e.Path != "." && !UnderApp(e.Path) {
 				t.Fatalf("accepted entry outside app/: %+v", e)
 			}
 			if e.Type == TypeDevice || e.Type == TypeFIFO || e.Mode&(os.ModeSetuid|os.ModeSetgid) != 0 || len(e.Xattrs) > 0 {

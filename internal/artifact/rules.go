@@ -83,14 +83,15 @@ func cleanEntryPath(p string) (string, string) {
 	return strings.TrimPrefix(path.Clean("./"+p), "./"), ""
 }
 
-func underApp(p string) bool { return p == AppDir || strings.HasPrefix(p, AppDir+"/") }
+// UnderApp reports whether a root-relative path is /app or below it.
+func UnderApp(p string) bool { return p == AppDir || strings.HasPrefix(p, AppDir+"/") }
 
 // checkEntry applies the per-entry rules (everything but link resolution).
 func checkEntry(e Entry) (rule, hint string) {
 	switch {
-	case !underApp(e.Path) && (e.Type == TypeWhiteout || e.Opaque):
+	case !UnderApp(e.Path) && (e.Type == TypeWhiteout || e.Opaque):
 		return RuleWhiteout, "application layers may only delete files under /app"
-	case !underApp(e.Path) && !(e.Path == "." && e.Type == TypeDir):
+	case !UnderApp(e.Path) && !(e.Path == "." && e.Type == TypeDir):
 		return RuleOutsideApp, "application and dependency layers may only contain files under /app"
 	case e.Type == TypeDevice || e.Type == TypeFIFO || e.Type == TypeSocket:
 		return RuleSpecialFile, "remove the " + e.Type.String() + " from the layer"
@@ -106,17 +107,18 @@ func checkEntry(e Entry) (rule, hint string) {
 	return "", ""
 }
 
-// view is the composed tree of all application layers (overlay semantics), used to judge
-// links on what the container will see rather than on text.
-type view struct {
+// View is the composed tree of layers (overlay semantics), used to judge links on what the
+// container will see rather than on text. Runtime validation uses it too.
+type View struct {
 	entries map[string]Entry // path -> entry, after whiteouts
 	layer   map[string]int
 }
 
-func newView() *view { return &view{entries: map[string]Entry{}, layer: map[string]int{}} }
+// NewView returns an empty view.
+func NewView() *View { return &View{entries: map[string]Entry{}, layer: map[string]int{}} }
 
-// apply adds one layer's entries on top of the view.
-func (v *view) apply(layer int, entries []Entry) {
+// Apply adds one layer's entries on top of the view.
+func (v *View) Apply(layer int, entries []Entry) {
 	// Opaque directories and whiteouts hide lower content before this layer's entries land.
 	for _, e := range entries {
 		if e.Type == TypeWhiteout {
@@ -137,13 +139,13 @@ func (v *view) apply(layer int, entries []Entry) {
 	}
 }
 
-func (v *view) remove(p string) {
+func (v *View) remove(p string) {
 	delete(v.entries, p)
 	delete(v.layer, p)
 	v.removeBelow(p)
 }
 
-func (v *view) removeBelow(p string) {
+func (v *View) removeBelow(p string) {
 	for k := range v.entries {
 		if strings.HasPrefix(k, p+"/") {
 			delete(v.entries, k)
@@ -155,11 +157,29 @@ func (v *view) removeBelow(p string) {
 // maxLinkHops bounds symlink resolution like the kernel's ELOOP limit.
 const maxLinkHops = 40
 
-// resolve follows symlinks of the view the way the kernel would inside the container (an
+// Lookup returns the entry at a path of the view, without following links.
+func (v *View) Lookup(p string) (Entry, bool) {
+	e, ok := v.entries[p]
+	return e, ok
+}
+
+// Entries calls fn for every entry of the view in path order.
+func (v *View) Entries(fn func(Entry)) {
+	paths := make([]string, 0, len(v.entries))
+	for p := range v.entries {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		fn(v.entries[p])
+	}
+}
+
+// Resolve follows symlinks of the view the way the kernel would inside the container (an
 // absolute target starts at the container root; ".." at the root stays there) and returns
 // the final path, relative to the root. Unknown components (runtime files, dangling names)
 // are taken literally.
-func (v *view) resolve(p string) (string, bool) {
+func (v *View) Resolve(p string) (string, bool) {
 	hops := 0
 	var walk func(dir string, rest []string) (string, bool)
 	walk = func(dir string, rest []string) (string, bool) {
@@ -203,27 +223,22 @@ func (v *view) resolve(p string) (string, bool) {
 }
 
 // checkLinks judges every symlink and hardlink of the composed view.
-func (v *view) checkLinks() []Violation {
+func (v *View) checkLinks() []Violation {
 	var out []Violation
-	paths := make([]string, 0, len(v.entries))
-	for p := range v.entries {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
-		e := v.entries[p]
+	v.Entries(func(e Entry) {
+		p := e.Path
 		switch e.Type {
 		case TypeSymlink:
-			if final, ok := v.resolve(p); !ok || !underApp(final) {
+			if final, ok := v.Resolve(p); !ok || !UnderApp(final) {
 				out = append(out, Violation{Layer: v.layer[p], Path: p, Rule: RuleSymlinkEscape,
 					Hint: fmt.Sprintf("target %q resolves outside /app in the composed layers; point it inside /app or copy the file (for Python venvs use --copies)", e.Linkname)})
 			}
 		case TypeHardlink:
-			if t, bad := cleanEntryPath(e.Linkname); bad != "" || !underApp(t) {
+			if t, bad := cleanEntryPath(e.Linkname); bad != "" || !UnderApp(t) {
 				out = append(out, Violation{Layer: v.layer[p], Path: p, Rule: RuleHardlink,
 					Hint: fmt.Sprintf("target %q is not under app/", e.Linkname)})
 			}
 		}
-	}
+	})
 	return out
 }

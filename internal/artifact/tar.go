@@ -20,16 +20,29 @@ var opaqueXattrs = map[string]bool{"trusted.overlay.opaque": true, "user.overlay
 // TarEntries reads a layer tar stream into entries. Entries whose path itself breaks a
 // rule (absolute, '..', unknown type) are returned as violations instead.
 func TarEntries(r io.Reader) ([]Entry, []Violation, error) {
-	tr := tar.NewReader(r)
 	var out []Entry
+	vs, err := ReadTar(r, func(e Entry, _ io.Reader) error {
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, vs, nil
+}
+
+// ReadTar calls fn for every acceptable entry of a layer tar stream with the entry's
+// content (regular files), and returns the entries refused by path or type.
+func ReadTar(r io.Reader, fn func(Entry, io.Reader) error) ([]Violation, error) {
+	tr := tar.NewReader(r)
 	var vs []Violation
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return out, vs, nil
+			return vs, nil
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		p, bad := cleanEntryPath(h.Name)
 		if bad != "" {
@@ -78,6 +91,8 @@ func TarEntries(r io.Reader) ([]Entry, []Violation, error) {
 				continue
 			}
 		}
-		out = append(out, e)
+		if err := fn(e, tr); err != nil {
+			return nil, err
+		}
 	}
 }

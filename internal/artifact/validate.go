@@ -9,14 +9,14 @@ import (
 // returns every violation: per-entry rules, then links judged on the composed view.
 func Validate(layers [][]Entry) []Violation {
 	var out []Violation
-	v := newView()
+	v := NewView()
 	for i, entries := range layers {
 		for _, e := range entries {
 			if rule, hint := checkEntry(e); rule != "" {
 				out = append(out, Violation{Layer: i, Path: e.Path, Rule: rule, Hint: hint})
 			}
 		}
-		v.apply(i, entries)
+		v.Apply(i, entries)
 	}
 	return append(out, v.checkLinks()...)
 }

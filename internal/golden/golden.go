@@ -1,0 +1,220 @@
+// Package golden validates runtime ("golden") images: the rules a root filesystem and its
+// config must meet before any node makes it current. Validation reads metadata and two
+// small account files; it never runs image code.
+package golden
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strconv"
+	"strings"
+
+	"brewlet.sh/brewlet/internal/artifact"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// Account files read for the runtime's user; anything larger is refused.
+const (
+	passwdPath     = "etc/passwd"
+	groupPath      = "etc/group"
+	maxAccountFile = 1 << 20
+	capXattr       = "security.capability"
+)
+
+// Root is the composed root filesystem of a runtime image's layers.
+type Root struct {
+	view  *artifact.View
+	files map[string][]byte // captured account files
+}
+
+// IndexTarLayers composes uncompressed runtime layers, lowest first. Entries with absolute
+// or '..' paths make the whole image invalid.
+func IndexTarLayers(layers []io.Reader) (*Root, error) {
+	r := &Root{view: artifact.NewView(), files: map[string][]byte{}}
+	for i, l := range layers {
+		var entries []artifact.Entry
+		vs, err := artifact.ReadTar(l, func(e artifact.Entry, body io.Reader) error {
+			entries = append(entries, e)
+			if e.Type == artifact.TypeFile && (e.Path == passwdPath || e.Path == groupPath) {
+				b, err := io.ReadAll(io.LimitReader(body, maxAccountFile+1))
+				if err != nil {
+					return err
+				}
+				if len(b) > maxAccountFile {
+					return vocab.Errorf(vocab.ReasonInvalidAccountFiles, "/%s in runtime layer %d is over %d bytes", e.Path, i+1, maxAccountFile)
+				}
+				r.files[e.Path] = b
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read runtime layer %d: %w", i+1, err)
+		}
+		if len(vs) > 0 {
+			return nil, vocab.Errorf(vocab.ReasonLayerPathViolation, "runtime layer %d entry %q: %s; a runtime layer must hold relative paths only", i+1, vs[0].Path, vs[0].Rule)
+		}
+		for _, e := range entries {
+			if e.Type == artifact.TypeWhiteout && (e.Path == passwdPath || e.Path == groupPath) {
+				delete(r.files, e.Path)
+			}
+		}
+		r.view.Apply(i, entries)
+	}
+	// A whiteout or a later non-file entry removes a captured account file.
+	for p := range r.files {
+		if e, ok := r.view.Lookup(p); !ok || e.Type != artifact.TypeFile {
+			delete(r.files, p)
+		}
+	}
+	return r, nil
+}
+
+// User is the runtime's identity for applications, as SPEC's RuntimeImage.spec.user.
+type User struct{ UID, GID int64 }
+
+// Result is what validation learned about a valid runtime.
+type Result struct {
+	Path     string // the PATH value, "" when the runtime has none
+	HasPath  bool
+	Home     string // from the account files, "" without them
+	UserName string
+}
+
+// Validate applies the runtime image rules to a composed root and its config Env.
+func Validate(root *Root, env []string, user User) (*Result, error) {
+	res := &Result{}
+	if err := checkPrivileged(root); err != nil {
+		return nil, err
+	}
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			res.Path, res.HasPath = v, true
+		}
+	}
+	if res.HasPath {
+		if err := checkPath(root, res.Path); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkAccounts(root, user, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func checkPrivileged(root *Root) error {
+	var err error
+	root.view.Entries(func(e artifact.Entry) {
+		if err != nil {
+			return
+		}
+		if e.Mode&(fs.ModeSetuid|fs.ModeSetgid) != 0 && e.Type != artifact.TypeDir {
+			err = vocab.Errorf(vocab.ReasonPrivilegedRuntimeFile, "/%s is setuid or setgid; applications run without privileges, so rebuild the runtime with the bit cleared (chmod u-s,g-s)", e.Path)
+			return
+		}
+		for _, x := range e.Xattrs {
+			if x == capXattr {
+				err = vocab.Errorf(vocab.ReasonPrivilegedRuntimeFile, "/%s carries file capabilities (%s); remove them (setcap -r)", e.Path, capXattr)
+				return
+			}
+		}
+	})
+	return err
+}
+
+func checkPath(root *Root, value string) error {
+	bad := func(format string, args ...any) error {
+		return vocab.Errorf(vocab.ReasonInvalidRuntimePath, "config Env PATH=%q: "+format, append([]any{value}, args...)...)
+	}
+	if value == "" {
+		return bad("empty; remove PATH for a runtime without one")
+	}
+	for i, dir := range strings.Split(value, ":") {
+		switch {
+		case dir == "":
+			return bad("entry %d is empty (an empty entry means the working directory)", i+1)
+		case !path.IsAbs(dir):
+			return bad("entry %d %q is relative; every entry must be absolute", i+1, dir)
+		case hasDotComponent(dir):
+			return bad("entry %d %q contains '.' or '..'", i+1, dir)
+		}
+		rel := strings.TrimPrefix(path.Clean(dir), "/")
+		if artifact.UnderApp(rel) {
+			return bad("entry %d %q points into /app, which belongs to applications", i+1, dir)
+		}
+		final, ok := root.view.Resolve(rel)
+		if ok && artifact.UnderApp(final) {
+			return bad("entry %d %q resolves into /app, which belongs to applications", i+1, dir)
+		}
+		e, found := root.view.Lookup(final)
+		if !ok || (!found && final != "") || (found && e.Type != artifact.TypeDir) {
+			return bad("entry %d %q is not a directory in the image", i+1, dir)
+		}
+	}
+	return nil
+}
+
+func hasDotComponent(p string) bool {
+	for _, c := range strings.Split(p, "/") {
+		if c == "." || c == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+func checkAccounts(root *Root, user User, res *Result) error {
+	passwd, hasP := root.files[passwdPath]
+	group, hasG := root.files[groupPath]
+	if !hasP && !hasG {
+		return nil // distroless: the numeric user runs without account files
+	}
+	if hasP != hasG {
+		return vocab.Errorf(vocab.ReasonInvalidAccountFiles, "the image has /etc/passwd or /etc/group but not both; ship both (defining uid %d and gid %d) or neither", user.UID, user.GID)
+	}
+	var found bool
+	for _, f := range accountLines(passwd) {
+		if len(f) < 7 {
+			continue
+		}
+		uid, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil || uid != user.UID {
+			continue
+		}
+		gid, err := strconv.ParseInt(f[3], 10, 64)
+		if err != nil || gid != user.GID {
+			return vocab.Errorf(vocab.ReasonInvalidAccountFiles, "/etc/passwd gives uid %d (%s) primary group %s, but spec.user.gid is %d; make them agree", user.UID, f[0], f[3], user.GID)
+		}
+		found, res.UserName, res.Home = true, f[0], f[5]
+		break
+	}
+	if !found {
+		return vocab.Errorf(vocab.ReasonInvalidAccountFiles, "/etc/passwd defines no user with uid %d (spec.user.uid); add one, e.g. app:x:%d:%d::/home/app:/usr/sbin/nologin", user.UID, user.UID, user.GID)
+	}
+	for _, f := range accountLines(group) {
+		if len(f) >= 3 {
+			if gid, err := strconv.ParseInt(f[2], 10, 64); err == nil && gid == user.GID {
+				return nil
+			}
+		}
+	}
+	return vocab.Errorf(vocab.ReasonInvalidAccountFiles, "/etc/group defines no group with gid %d (spec.user.gid); add one", user.GID)
+}
+
+func accountLines(b []byte) [][]string {
+	var out [][]string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64<<10), maxAccountFile)
+	for sc.Scan() {
+		l := strings.TrimSpace(sc.Text())
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		out = append(out, strings.Split(l, ":"))
+	}
+	return out
+}
