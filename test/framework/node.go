@@ -105,20 +105,44 @@ func (n *Node) buildBinaries(t testing.TB) error {
 }
 
 func (n *Node) startRegistry(t testing.TB) error {
-	n.Registry = "127.0.0.1:" + strconv.Itoa(FreePort(t))
-	cfg := filepath.Join(n.Dir, "registry.yml")
-	body := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n",
-		filepath.Join(n.Dir, "registry"), n.Registry)
-	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
-		return err
-	}
-	p, err := n.Start("registry", nil, Tool(t, "registry"), "serve", cfg)
+	addr, p, err := startRegistryIn(t, n.Instance)
+	n.Registry, n.RegistryProc = addr, p
+	return err
+}
+
+// Registry is a standalone loopback OCI registry (the distribution registry).
+type Registry struct {
+	*Instance
+	Addr string // host:port
+	Proc *Process
+}
+
+// StartRegistry starts a registry of its own, removed when the test ends.
+func StartRegistry(t testing.TB) *Registry {
+	t.Helper()
+	Tool(t, "registry")
+	in := NewInstance(t, "r")
+	addr, p, err := startRegistryIn(t, in)
 	if err != nil {
-		return err
+		t.Fatalf("start registry: %v", err)
 	}
-	n.RegistryProc = p
-	return p.WaitReady(60*time.Second, func(ctx context.Context) error {
-		return httpOK(ctx, http.DefaultClient, "http://"+n.Registry+"/v2/")
+	return &Registry{Instance: in, Addr: addr, Proc: p}
+}
+
+func startRegistryIn(t testing.TB, in *Instance) (string, *Process, error) {
+	addr := "127.0.0.1:" + strconv.Itoa(FreePort(t))
+	cfg := filepath.Join(in.Dir, "registry.yml")
+	body := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n",
+		filepath.Join(in.Dir, "registry"), addr)
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		return "", nil, err
+	}
+	p, err := in.Start("registry", nil, Tool(t, "registry"), "serve", cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	return addr, p, p.WaitReady(60*time.Second, func(ctx context.Context) error {
+		return httpOK(ctx, http.DefaultClient, "http://"+addr+"/v2/")
 	})
 }
 
