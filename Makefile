@@ -9,7 +9,7 @@ GO_TEST_FLAGS ?=
 # Fuzz targets: package:target pairs run for FUZZTIME each in `make fuzz`.
 FUZZTIME ?= 15s
 
-.PHONY: all build tools generate verify-generated lint test test-unit test-e2e fuzz demo clean
+.PHONY: all build tools generate verify-generated lint test test-unit test-e2e fuzz demo runtimes clean
 
 all: build
 
@@ -53,6 +53,11 @@ test: tools verify-generated lint test-unit test-e2e
 ## (containerd, runc, registry, CNI) and runs a pod through the brewlet handler's shim.
 demo: tools
 	go test -count=1 -v -run 'TestNodeRunsPodsThroughCRI' ./test/e2e/
+
+## runtimes: build the local runtime images from Debian packages and push them to REGISTRY
+runtimes:
+	@test -n "$(REGISTRY)" || { echo "usage: make runtimes REGISTRY=127.0.0.1:5000" >&2; exit 2; }
+	hack/runtimes.sh $(REGISTRY) all
 
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:

@@ -59,12 +59,12 @@ func progress(w io.Writer, what string) (chan v1.Update, func()) {
 	go func() {
 		defer close(done)
 		var last time.Time
-		var shown bool
+		var shown, finished bool
 		for u := range ch {
-			if u.Total < 1<<20 || (time.Since(last) < 500*time.Millisecond && u.Complete != u.Total) {
+			if u.Total < 1<<20 || finished || (time.Since(last) < 500*time.Millisecond && u.Complete != u.Total) {
 				continue
 			}
-			last, shown = time.Now(), true
+			last, shown, finished = time.Now(), true, u.Complete == u.Total
 			fmt.Fprintf(w, "\r%s %6.1f / %6.1f MiB %3d%%", what, float64(u.Complete)/(1<<20), float64(u.Total)/(1<<20), u.Complete*100/u.Total)
 		}
 		if shown {

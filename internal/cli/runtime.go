@@ -27,7 +27,8 @@ func newRuntimeCmd() *cobra.Command {
 }
 
 type runtimeBuildOpts struct {
-	rootfs, platform string
+	rootfs           []string
+	platform         string
 	uid, gid         int64
 	envs             []string
 	insecure         bool
@@ -38,7 +39,7 @@ func newRuntimeBuildCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "build REF",
 		Short: "Build a runtime image from a root filesystem, validate it and push it",
-		Long: `Builds a single-layer runtime image from a root directory or tar archive, applies the
+		Long: `Builds a runtime image from root directories or tar archives (one layer each), applies the
 runtime image rules (PATH, account files defining --uid/--gid, no setuid/setgid files or
 file capabilities) and pushes it. The last line printed is REF@sha256:<digest>; approve it
 with a RuntimeImage whose spec.source.image is that reference and spec.user is --uid/--gid.`,
@@ -46,7 +47,7 @@ with a RuntimeImage whose spec.source.image is that reference and spec.user is -
 		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd, args[0]) },
 	}
 	f := c.Flags()
-	f.StringVar(&o.rootfs, "rootfs", "", "root filesystem: a directory or a tar archive (optionally gzip-compressed)")
+	f.StringArrayVar(&o.rootfs, "rootfs", nil, "root filesystem layer: a directory or a tar archive, optionally gzip-compressed (repeatable, lowest first; a rotation that changes one layer ships only that layer)")
 	f.Int64Var(&o.uid, "uid", 0, "non-root user ID applications run as (defined in the image's /etc/passwd if it has one)")
 	f.Int64Var(&o.gid, "gid", 0, "non-root group ID applications run as")
 	f.StringArrayVar(&o.envs, "env", nil, "config Env entry NAME=VALUE, e.g. PATH=/usr/local/bin:/usr/bin:/bin (repeatable)")
@@ -75,24 +76,31 @@ func (o *runtimeBuildOpts) run(cmd *cobra.Command, refStr string) error {
 	if err != nil {
 		return err
 	}
-	layerTar, err := rootfsTar(o.rootfs)
-	if err != nil {
-		return err
+	var tars [][]byte
+	var readers []io.Reader
+	for _, r := range o.rootfs {
+		b, err := rootfsTar(r)
+		if err != nil {
+			return fmt.Errorf("--rootfs %s: %w", r, err)
+		}
+		tars, readers = append(tars, b), append(readers, bytes.NewReader(b))
 	}
-	root, err := golden.IndexTarLayers([]io.Reader{bytes.NewReader(layerTar)})
+	root, err := golden.IndexTarLayers(readers)
 	if err != nil {
 		return err
 	}
 	if _, err := golden.Validate(root, o.envs, golden.User{UID: o.uid, GID: o.gid}); err != nil {
 		return err
 	}
-	layer, err := artifact.OCILayer(layerTar)
-	if err != nil {
-		return err
-	}
 	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	if img, err = mutate.AppendLayers(img, layer); err != nil {
-		return err
+	for _, b := range tars {
+		layer, err := artifact.OCILayer(b)
+		if err != nil {
+			return err
+		}
+		if img, err = mutate.AppendLayers(img, layer); err != nil {
+			return err
+		}
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {

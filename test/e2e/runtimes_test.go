@@ -1,0 +1,89 @@
+package e2e
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"brewlet.sh/brewlet/test/framework"
+)
+
+// The local runtimes are real: built from Debian packages by hack/runtimes.sh, pushed to
+// a real registry, the two Python generations differ in exactly one layer, and the
+// interpreter runs from the image's root filesystem.
+func TestLocalRuntimes(t *testing.T) {
+	framework.RequireRoot(t)
+	reg := framework.StartRegistry(t)
+	cmd := exec.Command("hack/runtimes.sh", reg.Addr, "all")
+	cmd.Dir = framework.RepoRoot(t)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hack/runtimes.sh: %v\n%s", err, out)
+	}
+	refs := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok && strings.Contains(v, "@sha256:") {
+			refs[k] = v
+		}
+	}
+	for _, k := range []string{"busybox", "python1", "python2"} {
+		if refs[k] == "" {
+			t.Fatalf("no %s reference in output:\n%s", k, out)
+		}
+	}
+	digests := func(ref string) []string {
+		d, err := name.NewDigest(ref, name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := remote.Image(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls, err := img.Layers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, l := range ls {
+			h, _ := l.Digest()
+			out = append(out, h.String())
+		}
+		return out
+	}
+	g1, g2 := digests(refs["python1"]), digests(refs["python2"])
+	if len(g1) != 2 || len(g2) != 2 || g1[0] != g2[0] || g1[1] == g2[1] {
+		t.Fatalf("python generations should share the base layer and differ in the top one: %v vs %v", g1, g2)
+	}
+	// Run the interpreter from generation 1's root filesystem.
+	d, _ := name.NewDigest(refs["python1"], name.Insecure)
+	img, err := remote.Image(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(t.TempDir(), "rootfs")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	untar := exec.Command("tar", "-x", "-C", root)
+	untar.Stdin = mutate.Extract(img)
+	if b, err := untar.CombinedOutput(); err != nil {
+		t.Fatalf("extract: %v %s", err, b)
+	}
+	run := exec.Command("chroot", "--userspec=10001:10001", root, "/usr/bin/python3", "-c",
+		"import os, sys; print(sys.executable, os.getuid(), open('/etc/brewlet-runtime-release').read().strip())")
+	run.Env = []string{"PATH=/usr/bin"}
+	b, err := run.CombinedOutput()
+	if err != nil || !strings.Contains(string(b), "/usr/bin/python3 10001 BREWLET_RUNTIME_GENERATION=1") {
+		t.Fatalf("python from the runtime image: %v: %s", err, b)
+	}
+}
