@@ -27,11 +27,11 @@ func newRuntimeCmd() *cobra.Command {
 }
 
 type runtimeBuildOpts struct {
-	rootfs           []string
-	platform         string
-	uid, gid         int64
-	envs             []string
-	insecure         bool
+	rootfs   []string
+	platform string
+	uid, gid int64
+	envs     []string
+	insecure bool
 }
 
 func newRuntimeBuildCmd() *cobra.Command {
