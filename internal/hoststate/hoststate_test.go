@@ -1,0 +1,174 @@
+package hoststate
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+func TestAuthorizationCheck(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	valid := Authorization{ID: "python-3.12", Epoch: "uid-1", Generation: 2, ExpiresAt: now.Add(time.Minute),
+		ConfirmedAt: now.Add(-4 * time.Minute), Node: "n1"}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Authorization)
+		want   vocab.Reason
+	}{
+		{"valid", func(*Authorization) {}, ""},
+		{"revoked", func(a *Authorization) { a.Revoked, a.Reason = true, "RuntimeImage deleted" }, vocab.ReasonRuntimeImageRevoked},
+		{"revoked wins over expiry", func(a *Authorization) { a.Revoked, a.ExpiresAt = true, now.Add(-time.Hour) }, vocab.ReasonRuntimeImageRevoked},
+		{"expired", func(a *Authorization) { a.ExpiresAt = now.Add(-time.Second) }, vocab.ReasonRuntimeImageAuthorizationExpired},
+		{"expires exactly now", func(a *Authorization) { a.ExpiresAt = now }, vocab.ReasonRuntimeImageAuthorizationExpired},
+		{"zero expiry", func(a *Authorization) { a.ExpiresAt = time.Time{} }, vocab.ReasonRuntimeImageAuthorizationExpired},
+		{"no generation", func(a *Authorization) { a.Generation = 0 }, vocab.ReasonRuntimeImageNotInstalled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := valid
+			tc.mutate(&a)
+			err := a.Check(now)
+			if vocab.ReasonOf(err) != tc.want {
+				t.Fatalf("Check = %v, want reason %q", err, tc.want)
+			}
+			if tc.want == vocab.ReasonRuntimeImageAuthorizationExpired && !strings.Contains(err.Error(), "brewlet-provisioner logs on n1") {
+				t.Fatalf("message does not say what to do: %v", err)
+			}
+		})
+	}
+}
+
+func TestGenerationsLeasesAndCurrent(t *testing.T) {
+	l := Under(t.TempDir())
+	id := "python-3.12"
+	if _, err := l.Current(id); vocab.ReasonOf(err) != vocab.ReasonRuntimeImageNotInstalled {
+		t.Fatalf("no current yet: %v", err)
+	}
+	if _, err := l.ReadAuthorization(id); vocab.ReasonOf(err) != vocab.ReasonRuntimeImageNotInstalled {
+		t.Fatalf("no authorization yet: %v", err)
+	}
+	for gen := int64(1); gen <= 2; gen++ {
+		g := Generation{ID: id, Epoch: "uid-1", Generation: gen, Digest: "sha256:x", UID: 10001, GID: 10001, Layers: []string{"sha256:a"}}
+		if err := l.WriteGeneration(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.SetCurrent(id, Ref{"uid-1", 1}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := l.LeaseCurrent(Lease{ContainerID: "c1", ID: id, PodName: "web-1"})
+	if err != nil || g.Generation != 1 {
+		t.Fatalf("lease on generation 1: %v %+v", err, g)
+	}
+	if err := l.SetCurrent(id, Ref{"uid-1", 2}); err != nil {
+		t.Fatal(err)
+	}
+	if g, err = l.LeaseCurrent(Lease{ContainerID: "c2", ID: id}); err != nil || g.Generation != 2 {
+		t.Fatalf("lease on generation 2: %v %+v", err, g)
+	}
+	ls, err := l.Leases()
+	if err != nil || len(ls) != 2 {
+		t.Fatalf("leases: %v %+v", err, ls)
+	}
+	// A corrupt lease makes Leases fail: GC must not guess.
+	if err := os.WriteFile(filepath.Join(l.State, "leases", "bad.json"), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Leases(); err == nil {
+		t.Fatal("corrupt lease ignored")
+	}
+	if err := l.ReleaseLease("c1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ReleaseLease("c1"); err != nil {
+		t.Fatalf("double release: %v", err)
+	}
+	for _, bad := range []string{"../x", "", "a/b", ".."} {
+		if _, err := l.LeaseCurrent(Lease{ContainerID: bad, ID: id}); err == nil {
+			t.Errorf("container ID %q accepted", bad)
+		}
+	}
+	if _, err := l.LeaseCurrent(Lease{ContainerID: "c3", ID: "../../etc"}); vocab.ReasonOf(err) != vocab.ReasonInvalidRuntimeImageID {
+		t.Errorf("hostile runtime ID: %v", err)
+	}
+}
+
+// Garbage collection holding the exclusive lock blocks a concurrent lease until it is done.
+func TestCollectUnderExcludesLeasing(t *testing.T) {
+	l := Under(t.TempDir())
+	id := "busybox"
+	if err := l.WriteGeneration(Generation{ID: id, Epoch: "e", Generation: 1, Layers: []string{"sha256:a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetCurrent(id, Ref{"e", 1}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []string
+	inGC := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		_ = l.CollectUnder(id, func() error {
+			close(inGC)
+			time.Sleep(200 * time.Millisecond)
+			mu.Lock()
+			order = append(order, "gc")
+			mu.Unlock()
+			return nil
+		})
+		close(done)
+	}()
+	<-inGC
+	if _, err := l.LeaseCurrent(Lease{ContainerID: "c1", ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	order = append(order, "lease")
+	mu.Unlock()
+	<-done
+	if strings.Join(order, ",") != "gc,lease" {
+		t.Fatalf("lease did not wait for GC: %v", order)
+	}
+}
+
+func TestFence(t *testing.T) {
+	l := Under(t.TempDir())
+	if vocab.ReasonOf(l.CheckFence()) != vocab.ReasonNodeNotReady {
+		t.Fatal("a node never validated since boot must be fenced")
+	}
+	if err := l.OpenFence(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.CheckFence(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.CloseFence(); err != nil {
+		t.Fatal(err)
+	}
+	if vocab.ReasonOf(l.CheckFence()) != vocab.ReasonNodeNotReady {
+		t.Fatal("closed fence let containers start")
+	}
+}
+
+func FuzzCurrentPointer(f *testing.F) {
+	f.Add("uid-1/2")
+	f.Add("../../etc/1")
+	f.Add("x/0")
+	f.Fuzz(func(t *testing.T, target string) {
+		l := Under(t.TempDir())
+		if err := os.MkdirAll(l.RuntimeDir("rt"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, l.CurrentLink("rt")); err != nil {
+			return
+		}
+		r, err := l.Current("rt")
+		if err == nil && (r.Generation < 1 || checkEpoch(r.Epoch) != nil) {
+			t.Fatalf("accepted %q as %+v", target, r)
+		}
+	})
+}

@@ -1,0 +1,100 @@
+// Package hoststate is the on-disk contract between the provisioner (which writes runtime
+// generations, authorizations and the startup fence) and the shim (which reads them and
+// writes per-container leases and exec state). It is the only thing the two share, so every
+// path, file format and lock lives here.
+package hoststate
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// Layout is where node state lives. Production uses DefaultLayout; tests use private roots.
+type Layout struct {
+	Runtimes string // /opt/brewlet/runtimes: installed generations, current, authorization
+	State    string // /var/lib/brewlet: layer cache, leases, exec state
+	Run      string // /run/brewlet: startup fence (tmpfs: cleared by a reboot)
+}
+
+// DefaultLayout is the production layout of SPEC.md §5.1.
+var DefaultLayout = Layout{Runtimes: "/opt/brewlet/runtimes", State: "/var/lib/brewlet", Run: "/run/brewlet"}
+
+// Under returns a layout with all three roots below dir (tests, alternative prefixes).
+func Under(dir string) Layout {
+	return Layout{
+		Runtimes: filepath.Join(dir, "opt/brewlet/runtimes"),
+		State:    filepath.Join(dir, "var/lib/brewlet"),
+		Run:      filepath.Join(dir, "run/brewlet"),
+	}
+}
+
+// RuntimeDir holds every epoch and generation of one runtime ID.
+func (l Layout) RuntimeDir(id string) string { return filepath.Join(l.Runtimes, id) }
+
+// GenerationDir is one installed generation.
+func (l Layout) GenerationDir(id, epoch string, generation int64) string {
+	return filepath.Join(l.Runtimes, id, epoch, strconv.FormatInt(generation, 10))
+}
+
+// CurrentLink is the atomic pointer to the validated generation ("<epoch>/<generation>").
+func (l Layout) CurrentLink(id string) string { return filepath.Join(l.Runtimes, id, "current") }
+
+// AuthorizationFile is the node-local authorization of one runtime ID.
+func (l Layout) AuthorizationFile(id string) string {
+	return filepath.Join(l.Runtimes, id, "authorization")
+}
+
+// LockFile serializes "resolve current and take a lease" against garbage collection.
+func (l Layout) LockFile(id string) string { return filepath.Join(l.Runtimes, id, ".lock") }
+
+// LayerDir is one extracted layer of the content-addressed cache, by diff ID hex.
+func (l Layout) LayerDir(diffIDHex string) string {
+	return filepath.Join(l.State, "layers", diffIDHex)
+}
+
+// LeaseFile is the lease of one container on a generation.
+func (l Layout) LeaseFile(containerID string) string {
+	return filepath.Join(l.State, "leases", containerID+".json")
+}
+
+// ContainerDir holds a container's saved exec state.
+func (l Layout) ContainerDir(containerID string) string {
+	return filepath.Join(l.State, "containers", containerID)
+}
+
+// FenceFile closes the node to new containers while it exists.
+func (l Layout) FenceFile() string { return filepath.Join(l.Run, "fence") }
+
+// FenceCleared marks that the agent re-validated state since the last boot.
+func (l Layout) FenceCleared() string { return filepath.Join(l.Run, "validated") }
+
+// checkID refuses IDs and container IDs that could escape their directory.
+func checkID(id string) error { return vocab.ValidateRuntimeID(id) }
+
+func checkContainerID(id string) error {
+	if id == "" || len(id) > 128 {
+		return fmt.Errorf("container ID %q has a bad length", id)
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') || id == "." || id == ".." {
+			return fmt.Errorf("container ID %q contains characters outside [A-Za-z0-9._-]", id)
+		}
+	}
+	return nil
+}
+
+// checkEpoch accepts Kubernetes UIDs (and other plain tokens), never a path.
+func checkEpoch(e string) error {
+	if e == "" || len(e) > 64 {
+		return fmt.Errorf("epoch %q has a bad length", e)
+	}
+	for _, c := range e {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			return fmt.Errorf("epoch %q is not a UID", e)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package hoststate
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Lease records that a container uses a generation; garbage collection keeps every leased
+// generation and its layers.
+type Lease struct {
+	ContainerID   string    `json:"containerID"`
+	ID            string    `json:"id"`
+	Epoch         string    `json:"epoch"`
+	Generation    int64     `json:"generation"`
+	PodNamespace  string    `json:"podNamespace,omitempty"`
+	PodName       string    `json:"podName,omitempty"`
+	PodUID        string    `json:"podUID,omitempty"`
+	ContainerName string    `json:"containerName,omitempty"`
+	CreatedAt     time.Time `json:"createdAt"`
+}
+
+// withLock runs fn holding the runtime ID's lock: shared for the shim's resolve-and-lease,
+// exclusive for garbage collection, so GC never removes a generation between the shim
+// reading current and writing its lease.
+func (l Layout) withLock(id string, how int, fn func() error) error {
+	if err := os.MkdirAll(l.RuntimeDir(id), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(l.LockFile(id), os.O_CREATE|os.O_RDONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	if err := unix.Flock(int(f.Fd()), how); err != nil {
+		return fmt.Errorf("lock %s: %w", l.LockFile(id), err)
+	}
+	defer func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN) }()
+	return fn()
+}
+
+// LeaseCurrent resolves the current generation of lease.ID and records the lease, atomically
+// with respect to garbage collection. It returns the leased generation's metadata.
+func (l Layout) LeaseCurrent(lease Lease) (Generation, error) {
+	var g Generation
+	if err := checkID(lease.ID); err != nil {
+		return g, err
+	}
+	if err := checkContainerID(lease.ContainerID); err != nil {
+		return g, err
+	}
+	err := l.withLock(lease.ID, unix.LOCK_SH, func() error {
+		r, err := l.Current(lease.ID)
+		if err != nil {
+			return err
+		}
+		if g, err = l.ReadGeneration(lease.ID, r); err != nil {
+			return err
+		}
+		lease.Epoch, lease.Generation = r.Epoch, r.Generation
+		if lease.CreatedAt.IsZero() {
+			lease.CreatedAt = time.Now().UTC()
+		}
+		return writeJSON(l.LeaseFile(lease.ContainerID), lease)
+	})
+	return g, err
+}
+
+// ReleaseLease removes a container's lease; a missing lease is not an error.
+func (l Layout) ReleaseLease(containerID string) error {
+	if err := checkContainerID(containerID); err != nil {
+		return err
+	}
+	err := os.Remove(l.LeaseFile(containerID))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// Leases lists every lease. An unreadable lease is returned as an error, never skipped:
+// garbage collection must keep everything when it cannot account for a lease.
+func (l Layout) Leases() ([]Lease, error) {
+	dir := filepath.Join(l.State, "leases")
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Lease
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".tmp-") || !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		var ls Lease
+		if err := readJSON(filepath.Join(dir, e.Name()), &ls); err != nil {
+			return nil, fmt.Errorf("unreadable lease: %w", err)
+		}
+		out = append(out, ls)
+	}
+	return out, nil
+}
+
+// CollectUnder runs fn with the exclusive lock of a runtime ID, after which no shim can
+// lease a generation fn removes.
+func (l Layout) CollectUnder(id string, fn func() error) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	return l.withLock(id, unix.LOCK_EX, fn)
+}
