@@ -141,5 +141,5 @@ type NodeProfileList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&NodeProfile{}, &NodeProfileList{})
+	knownTypes = append(knownTypes, &NodeProfile{}, &NodeProfileList{})
 }

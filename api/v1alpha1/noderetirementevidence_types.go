@@ -68,5 +68,5 @@ type NodeRetirementEvidenceList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&NodeRetirementEvidence{}, &NodeRetirementEvidenceList{})
+	knownTypes = append(knownTypes, &NodeRetirementEvidence{}, &NodeRetirementEvidenceList{})
 }

@@ -127,5 +127,5 @@ type NodeRuntimeList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&NodeRuntime{}, &NodeRuntimeList{})
+	knownTypes = append(knownTypes, &NodeRuntime{}, &NodeRuntimeList{})
 }

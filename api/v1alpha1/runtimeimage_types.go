@@ -200,5 +200,5 @@ type RuntimeImageList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&RuntimeImage{}, &RuntimeImageList{})
+	knownTypes = append(knownTypes, &RuntimeImage{}, &RuntimeImageList{})
 }

@@ -91,7 +91,7 @@ func checkEntry(e Entry) (rule, hint string) {
 	switch {
 	case !UnderApp(e.Path) && (e.Type == TypeWhiteout || e.Opaque):
 		return RuleWhiteout, "application layers may only delete files under /app"
-	case !UnderApp(e.Path) && !(e.Path == "." && e.Type == TypeDir):
+	case !UnderApp(e.Path) && (e.Path != "." || e.Type != TypeDir):
 		return RuleOutsideApp, "application and dependency layers may only contain files under /app"
 	case e.Type == TypeDevice || e.Type == TypeFIFO || e.Type == TypeSocket:
 		return RuleSpecialFile, "remove the " + e.Type.String() + " from the layer"
@@ -181,45 +181,37 @@ func (v *View) Entries(fn func(Entry)) {
 // are taken literally.
 func (v *View) Resolve(p string) (string, bool) {
 	hops := 0
-	var walk func(dir string, rest []string) (string, bool)
-	walk = func(dir string, rest []string) (string, bool) {
-		for len(rest) > 0 {
-			c := rest[0]
-			rest = rest[1:]
-			switch c {
-			case "", ".":
-				continue
-			case "..":
-				dir = path.Dir(dir)
-				if dir == "." || dir == "/" {
-					dir = ""
-				}
-				continue
+	dir, rest := "", strings.Split(p, "/")
+	for len(rest) > 0 {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			dir = path.Dir(dir)
+			if dir == "." || dir == "/" {
+				dir = ""
 			}
-			next := c
-			if dir != "" {
-				next = dir + "/" + c
-			}
-			e, ok := v.entries[next]
-			if ok && e.Type == TypeSymlink {
-				hops++
-				if hops > maxLinkHops {
-					return "", false
-				}
-				target := e.Linkname
-				base := dir
-				if strings.HasPrefix(target, "/") {
-					base = ""
-				}
-				rest = append(strings.Split(target, "/"), rest...)
-				dir = base
-				continue
-			}
-			dir = next
+			continue
 		}
-		return dir, true
+		next := c
+		if dir != "" {
+			next = dir + "/" + c
+		}
+		if e, ok := v.entries[next]; ok && e.Type == TypeSymlink {
+			if hops++; hops > maxLinkHops {
+				return "", false
+			}
+			if strings.HasPrefix(e.Linkname, "/") {
+				dir = ""
+			}
+			rest = append(strings.Split(e.Linkname, "/"), rest...)
+			continue
+		}
+		dir = next
 	}
-	return walk("", strings.Split(p, "/"))
+	return dir, true
 }
 
 // checkLinks judges every symlink and hardlink of the composed view.

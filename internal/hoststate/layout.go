@@ -79,7 +79,7 @@ func checkContainerID(id string) error {
 		return fmt.Errorf("container ID %q has a bad length", id)
 	}
 	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') || id == "." || id == ".." {
+		if (!isAlnum(c) && c != '-' && c != '_' && c != '.') || id == "." || id == ".." {
 			return fmt.Errorf("container ID %q contains characters outside [A-Za-z0-9._-]", id)
 		}
 	}
@@ -92,9 +92,13 @@ func checkEpoch(e string) error {
 		return fmt.Errorf("epoch %q has a bad length", e)
 	}
 	for _, c := range e {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+		if !isAlnum(c) && c != '-' {
 			return fmt.Errorf("epoch %q is not a UID", e)
 		}
 	}
 	return nil
+}
+
+func isAlnum(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
