@@ -40,11 +40,11 @@ lint:
 
 ## test-unit: unit tests and fuzz seed corpora (no external components)
 test-unit:
-	go test $(GO_TEST_FLAGS) ./api/... ./internal/... ./cmd/...
+	go test -count=1 $(GO_TEST_FLAGS) ./api/... ./internal/... ./cmd/...
 
 ## test-e2e: tests against the real control plane and node (needs root)
 test-e2e: build
-	go test $(GO_TEST_FLAGS) -timeout 45m -p 1 ./test/...
+	go test -count=1 $(GO_TEST_FLAGS) -timeout 45m -p 1 ./test/...
 
 ## test: everything CI runs, from a fresh machine: tools, generated files, lint, all tiers
 test: tools verify-generated lint test-unit test-e2e
