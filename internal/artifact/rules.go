@@ -39,6 +39,9 @@ type Entry struct {
 	Linkname string      // symlink target, or hardlink target path within the layer
 	Opaque   bool        // directory hides lower layers' content (overlay opaque marker)
 	Xattrs   []string    // extended attribute names other than the opaque marker
+	UID, GID int         // owner (runtime layers keep it; application layers ignore it)
+	// XattrValues holds the values of Xattrs where the front end has them (tar).
+	XattrValues map[string]string
 }
 
 // Rule names, as they appear in LayerPathViolation messages.
@@ -156,6 +159,12 @@ func (v *View) removeBelow(p string) {
 
 // maxLinkHops bounds symlink resolution like the kernel's ELOOP limit.
 const maxLinkHops = 40
+
+// LayerOf returns the index of the layer that provides a path of the view.
+func (v *View) LayerOf(p string) (int, bool) {
+	i, ok := v.layer[p]
+	return i, ok
+}
 
 // Lookup returns the entry at a path of the view, without following links.
 func (v *View) Lookup(p string) (Entry, bool) {

@@ -34,6 +34,11 @@ func TarEntries(r io.Reader) ([]Entry, []Violation, error) {
 // ReadTar calls fn for every acceptable entry of a layer tar stream with the entry's
 // content (regular files), and returns the entries refused by path or type.
 func ReadTar(r io.Reader, fn func(Entry, io.Reader) error) ([]Violation, error) {
+	return ReadTarHeaders(r, func(e Entry, _ *tar.Header, body io.Reader) error { return fn(e, body) })
+}
+
+// ReadTarHeaders is ReadTar with the raw header, for extraction.
+func ReadTarHeaders(r io.Reader, fn func(Entry, *tar.Header, io.Reader) error) ([]Violation, error) {
 	tr := tar.NewReader(r)
 	var vs []Violation
 	for {
@@ -44,12 +49,18 @@ func ReadTar(r io.Reader, fn func(Entry, io.Reader) error) ([]Violation, error) 
 		if err != nil {
 			return nil, err
 		}
+		if isSparse(h) {
+			// A sparse entry expands to its logical size on extraction: a tiny layer could
+			// fill a disk. Image builders never produce them.
+			vs = append(vs, Violation{Path: h.Name, Rule: RuleEntryType, Hint: "sparse files are not supported"})
+			continue
+		}
 		p, bad := cleanEntryPath(h.Name)
 		if bad != "" {
 			vs = append(vs, Violation{Path: h.Name, Rule: bad, Hint: "archive paths must be relative and stay under app/"})
 			continue
 		}
-		e := Entry{Path: p, Mode: fs.FileMode(h.Mode & 0o777)}
+		e := Entry{Path: p, Mode: fs.FileMode(h.Mode & 0o777), UID: h.Uid, GID: h.Gid}
 		if h.Mode&0o4000 != 0 {
 			e.Mode |= fs.ModeSetuid
 		}
@@ -62,6 +73,10 @@ func ReadTar(r io.Reader, fn func(Entry, io.Reader) error) ([]Violation, error) 
 					e.Opaque = true
 				} else {
 					e.Xattrs = append(e.Xattrs, name)
+					if e.XattrValues == nil {
+						e.XattrValues = map[string]string{}
+					}
+					e.XattrValues[name] = val
 				}
 			}
 		}
@@ -91,8 +106,20 @@ func ReadTar(r io.Reader, fn func(Entry, io.Reader) error) ([]Violation, error) 
 				continue
 			}
 		}
-		if err := fn(e, tr); err != nil {
+		if err := fn(e, h, tr); err != nil {
 			return nil, err
 		}
 	}
+}
+
+func isSparse(h *tar.Header) bool {
+	if h.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range h.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }

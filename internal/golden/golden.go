@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -71,6 +73,48 @@ func IndexTarLayers(layers []io.Reader) (*Root, error) {
 		}
 	}
 	return r, nil
+}
+
+// IndexDirLayers composes extracted runtime layers (overlay format), lowest first, as the
+// node's layer cache holds them.
+func IndexDirLayers(dirs []string) (*Root, error) {
+	r := &Root{view: artifact.NewView(), files: map[string][]byte{}}
+	for i, d := range dirs {
+		entries, err := artifact.DirEntries(d)
+		if err != nil {
+			return nil, fmt.Errorf("read runtime layer %d: %w", i+1, err)
+		}
+		r.view.Apply(i, entries)
+	}
+	for _, p := range []string{passwdPath, groupPath} {
+		e, ok := r.view.Lookup(p)
+		if !ok || e.Type != artifact.TypeFile {
+			continue
+		}
+		i, _ := r.view.LayerOf(p)
+		b, err := readBounded(filepath.Join(dirs[i], p))
+		if err != nil {
+			return nil, err
+		}
+		r.files[p] = b
+	}
+	return r, nil
+}
+
+func readBounded(p string) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	b, err := io.ReadAll(io.LimitReader(f, maxAccountFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxAccountFile {
+		return nil, vocab.Errorf(vocab.ReasonInvalidAccountFiles, "%s is over %d bytes", p, maxAccountFile)
+	}
+	return b, nil
 }
 
 // User is the runtime's identity for applications, as SPEC's RuntimeImage.spec.user.

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,23 +20,10 @@ import (
 func TestLocalRuntimes(t *testing.T) {
 	framework.RequireRoot(t)
 	reg := framework.StartRegistry(t)
-	cmd := exec.Command("hack/runtimes.sh", reg.Addr, "all")
-	cmd.Dir = framework.RepoRoot(t)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("hack/runtimes.sh: %v\n%s", err, out)
-	}
-	refs := map[string]string{}
-	sc := bufio.NewScanner(strings.NewReader(string(out)))
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok && strings.Contains(v, "@sha256:") {
-			refs[k] = v
-		}
-	}
+	refs := buildRuntimes(t, reg.Addr, "all")
 	for _, k := range []string{"busybox", "python1", "python2"} {
 		if refs[k] == "" {
-			t.Fatalf("no %s reference in output:\n%s", k, out)
+			t.Fatalf("no %s reference in %v", k, refs)
 		}
 	}
 	digests := func(ref string) []string {

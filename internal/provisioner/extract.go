@@ -1,0 +1,205 @@
+// Package provisioner is the node agent's work: installing runtime generations into the
+// node's content-addressed layer cache, and (in later files) authorizing, reporting and
+// collecting them.
+package provisioner
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"brewlet.sh/brewlet/internal/artifact"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+const opaqueXattr = "trusted.overlay.opaque"
+
+// Extract writes one layer tar stream into dst (created empty, must not exist) in
+// overlayfs's on-disk format: whiteouts become 0/0 character devices and opaque markers the
+// trusted.overlay.opaque xattr, so the directory can serve as an overlay lower layer as is.
+//
+// The stream is untrusted. No path leaves dst: absolute and '..' paths are refused, every
+// parent is checked to be a real directory (never a symlink, so a link in the layer cannot
+// redirect a later entry onto the host), and links are created, never followed. Device
+// nodes are skipped: a container's /dev comes from the runtime (runc), not from images.
+func Extract(r io.Reader, dst string) error {
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		return err
+	}
+	x := extractor{root: dst}
+	vs, err := artifact.ReadTarHeaders(r, x.entry)
+	if err != nil {
+		return err
+	}
+	if len(vs) > 0 {
+		return refuse(vs[0].Path, vs[0].Rule)
+	}
+	return nil
+}
+
+type extractor struct{ root string }
+
+func refuse(p, why string) error {
+	return vocab.Errorf(vocab.ReasonLayerPathViolation, "runtime layer entry %q: %s; the layer was not installed", p, why)
+}
+
+// parent returns the host path of p's parent directory inside root, creating missing
+// directories and refusing any component that is not a real directory.
+func (x extractor) parent(p string) (string, error) {
+	dir := x.root
+	parts := strings.Split(path.Dir(p), "/")
+	for _, c := range parts {
+		if c == "." || c == "" {
+			continue
+		}
+		next := filepath.Join(dir, c)
+		fi, err := os.Lstat(next)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			if err := os.Mkdir(next, 0o755); err != nil {
+				return "", err
+			}
+		case err != nil:
+			return "", err
+		case fi.Mode()&fs.ModeSymlink != 0:
+			return "", refuse(p, "a parent directory is a symlink in the same layer")
+		case !fi.IsDir():
+			return "", refuse(p, "a parent is not a directory")
+		}
+		dir = next
+	}
+	return dir, nil
+}
+
+func (x extractor) entry(e artifact.Entry, h *tar.Header, body io.Reader) error {
+	if e.Path == "." {
+		return nil
+	}
+	dir, err := x.parent(e.Path)
+	if err != nil {
+		return err
+	}
+	name := filepath.Join(dir, path.Base(e.Path))
+	switch e.Type {
+	case artifact.TypeWhiteout:
+		if err := removeExisting(name, false); err != nil {
+			return err
+		}
+		return unix.Mknod(name, unix.S_IFCHR, 0)
+	case artifact.TypeDir:
+		if e.Opaque && path.Base(h.Name) == ".wh..wh..opq" {
+			// The marker names its directory, which the same layer usually lists too.
+			if err := os.MkdirAll(name, 0o755); err != nil {
+				return err
+			}
+			return unix.Lsetxattr(name, opaqueXattr, []byte("y"), 0)
+		}
+		if fi, err := os.Lstat(name); err != nil || !fi.IsDir() {
+			if err := removeExisting(name, false); err != nil {
+				return err
+			}
+			if err := os.Mkdir(name, 0o755); err != nil {
+				return err
+			}
+		}
+	case artifact.TypeFile:
+		if err := removeExisting(name, false); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(f, body); err != nil {
+			_ = f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	case artifact.TypeSymlink:
+		if err := removeExisting(name, false); err != nil {
+			return err
+		}
+		if err := os.Symlink(e.Linkname, name); err != nil {
+			return err
+		}
+	case artifact.TypeHardlink:
+		target := path.Clean(e.Linkname)
+		if path.IsAbs(target) || target == ".." || strings.HasPrefix(target, "../") {
+			return refuse(e.Path, "hard link target outside the layer")
+		}
+		tdir, err := x.parent(target)
+		if err != nil {
+			return err
+		}
+		if err := removeExisting(name, false); err != nil {
+			return err
+		}
+		// The new name shares the target's inode and attributes: setting them again could
+		// follow a symlink the link points at.
+		return os.Link(filepath.Join(tdir, path.Base(target)), name)
+	case artifact.TypeFIFO:
+		if err := removeExisting(name, false); err != nil {
+			return err
+		}
+		if err := unix.Mkfifo(name, 0o600); err != nil {
+			return err
+		}
+	case artifact.TypeDevice:
+		return nil
+	default:
+		return refuse(e.Path, "unsupported entry type")
+	}
+	return x.attributes(name, e)
+}
+
+// attributes applies owner, mode and extended attributes without following links.
+func (x extractor) attributes(name string, e artifact.Entry) error {
+	if err := os.Lchown(name, e.UID, e.GID); err != nil {
+		return err
+	}
+	if e.Type != artifact.TypeSymlink {
+		mode := e.Mode.Perm() | e.Mode&(fs.ModeSetuid|fs.ModeSetgid)
+		if err := os.Chmod(name, mode); err != nil {
+			return err
+		}
+	}
+	if e.Opaque && e.Type == artifact.TypeDir {
+		if err := unix.Lsetxattr(name, opaqueXattr, []byte("y"), 0); err != nil {
+			return err
+		}
+	}
+	for k, v := range e.XattrValues {
+		if err := unix.Lsetxattr(name, k, []byte(v), 0); err != nil && !errors.Is(err, unix.ENOTSUP) {
+			return fmt.Errorf("set %s on %s: %w", k, e.Path, err)
+		}
+	}
+	return nil
+}
+
+// removeExisting clears the way for an entry that replaces an earlier one of the layer.
+func removeExisting(name string, keepDir bool) error {
+	fi, err := os.Lstat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		if keepDir {
+			return nil
+		}
+		return os.RemoveAll(name)
+	}
+	return os.Remove(name)
+}

@@ -1,0 +1,158 @@
+package provisioner
+
+import (
+	"archive/tar"
+	"bytes"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("CI must run as root: extraction sets owners, devices and trusted.* xattrs")
+		}
+		t.Skip("extraction tests need root")
+	}
+}
+
+type hdr = tar.Header
+
+func tarOf(t testing.TB, hs ...hdr) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range hs {
+		h := h
+		body := []byte{}
+		if h.Typeflag == tar.TypeReg {
+			body = []byte("content of " + h.Name)
+			h.Size = int64(len(body))
+		}
+		h.Format = tar.FormatPAX
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = tw.Write(body)
+	}
+	_ = tw.Close()
+	return buf.Bytes()
+}
+
+func TestExtractOverlayFormat(t *testing.T) {
+	requireRoot(t)
+	dst := filepath.Join(t.TempDir(), "layer")
+	err := Extract(bytes.NewReader(tarOf(t,
+		hdr{Name: "usr/", Typeflag: tar.TypeDir, Mode: 0o755},
+		hdr{Name: "usr/bin/python3", Typeflag: tar.TypeReg, Mode: 0o755},
+		hdr{Name: "home/app/", Typeflag: tar.TypeDir, Mode: 0o750, Uid: 10001, Gid: 10001},
+		hdr{Name: "bin", Typeflag: tar.TypeSymlink, Linkname: "usr/bin"},
+		hdr{Name: "usr/bin/python", Typeflag: tar.TypeLink, Linkname: "usr/bin/python3"},
+		hdr{Name: "etc/.wh.motd", Typeflag: tar.TypeReg, Mode: 0o644},
+		hdr{Name: "var/cache/.wh..wh..opq", Typeflag: tar.TypeReg, Mode: 0o644},
+		hdr{Name: "dev/null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3, Mode: 0o666},
+	)), dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Lstat(filepath.Join(dst, "home/app"))
+	if err != nil || fi.Mode().Perm() != 0o750 || fi.Sys().(*syscall.Stat_t).Uid != 10001 {
+		t.Fatalf("home/app: %v %v", err, fi)
+	}
+	if l, _ := os.Readlink(filepath.Join(dst, "bin")); l != "usr/bin" {
+		t.Fatalf("bin symlink %q", l)
+	}
+	a, _ := os.Stat(filepath.Join(dst, "usr/bin/python"))
+	b, _ := os.Stat(filepath.Join(dst, "usr/bin/python3"))
+	if !os.SameFile(a, b) {
+		t.Fatal("hard link not preserved")
+	}
+	wo, err := os.Lstat(filepath.Join(dst, "etc/motd"))
+	if err != nil || wo.Mode()&os.ModeCharDevice == 0 || wo.Sys().(*syscall.Stat_t).Rdev != 0 {
+		t.Fatalf("whiteout not a 0/0 char device: %v %v", err, wo)
+	}
+	buf := make([]byte, 8)
+	if n, err := unix.Lgetxattr(filepath.Join(dst, "var/cache"), opaqueXattr, buf); err != nil || string(buf[:n]) != "y" {
+		t.Fatalf("opaque marker: %v %q", err, buf[:n])
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "dev/null")); err == nil {
+		t.Fatal("device node created")
+	}
+}
+
+func TestExtractRefusesEscapes(t *testing.T) {
+	requireRoot(t)
+	for _, tc := range []struct {
+		name string
+		tar  []hdr
+	}{
+		{"write through a symlinked parent", []hdr{
+			{Name: "etc", Typeflag: tar.TypeSymlink, Linkname: "VICTIM"},
+			{Name: "etc/passwd", Typeflag: tar.TypeReg, Mode: 0o644}}},
+		{"absolute path", []hdr{{Name: "/etc/passwd", Typeflag: tar.TypeReg, Mode: 0o644}}},
+		{"dotdot", []hdr{{Name: "a/../../passwd", Typeflag: tar.TypeReg, Mode: 0o644}}},
+		{"hard link outside", []hdr{{Name: "x", Typeflag: tar.TypeLink, Linkname: "../VICTIM/secret"}}},
+		{"hard link through symlink", []hdr{
+			{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "VICTIM"},
+			{Name: "x", Typeflag: tar.TypeLink, Linkname: "l/secret"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sandbox := t.TempDir()
+			victim := filepath.Join(sandbox, "victim")
+			if err := os.MkdirAll(victim, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(victim, "secret"), []byte("s"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			hs := append([]hdr{}, tc.tar...)
+			for i := range hs {
+				if hs[i].Linkname == "VICTIM" {
+					hs[i].Linkname = victim
+				}
+				if hs[i].Linkname == "../VICTIM/secret" {
+					hs[i].Linkname = "../victim/secret"
+				}
+			}
+			err := Extract(bytes.NewReader(tarOf(t, hs...)), filepath.Join(sandbox, "layer"))
+			if vocab.ReasonOf(err) != vocab.ReasonLayerPathViolation {
+				t.Fatalf("got %v, want LayerPathViolation", err)
+			}
+			ents, _ := os.ReadDir(victim)
+			if len(ents) != 1 {
+				t.Fatalf("victim directory changed: %v", ents)
+			}
+		})
+	}
+}
+
+func FuzzExtract(f *testing.F) {
+	f.Add(tarOf(f, hdr{Name: "a/", Typeflag: tar.TypeDir, Mode: 0o755}, hdr{Name: "a/b", Typeflag: tar.TypeReg, Mode: 0o644}))
+	f.Add(tarOf(f, hdr{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/"}, hdr{Name: "l/x", Typeflag: tar.TypeReg, Mode: 0o644}))
+	f.Add(tarOf(f, hdr{Name: "x", Typeflag: tar.TypeLink, Linkname: "../../etc/passwd"}))
+	f.Add(tarOf(f, hdr{Name: ".wh..wh..opq", Typeflag: tar.TypeReg}, hdr{Name: "d/.wh.e", Typeflag: tar.TypeReg}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root")
+		}
+		sandbox := t.TempDir()
+		_ = Extract(bytes.NewReader(b), filepath.Join(sandbox, "layer"))
+		// Whatever the input, nothing appears beside the layer directory.
+		ents, err := os.ReadDir(sandbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if e.Name() != "layer" {
+				t.Fatalf("extraction wrote %s outside its directory", e.Name())
+			}
+		}
+	})
+}

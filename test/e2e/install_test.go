@@ -1,0 +1,132 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"brewlet.sh/brewlet/internal/hoststate"
+	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/framework"
+)
+
+// buildRuntimes runs hack/runtimes.sh against a registry and returns NAME -> REF@digest.
+func buildRuntimes(t *testing.T, registry, which string) map[string]string {
+	t.Helper()
+	cmd := exec.Command("hack/runtimes.sh", registry, which)
+	cmd.Dir = framework.RepoRoot(t)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hack/runtimes.sh: %v\n%s", err, out)
+	}
+	refs := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok && strings.Contains(v, "@sha256:") {
+			refs[k] = v
+		}
+	}
+	return refs
+}
+
+// Installing a generation pulls by digest, extracts into the shared layer cache and flips
+// current; a rotation that differs in one layer fetches and extracts only that layer, and
+// the old generation stays installed. A refused generation never becomes current.
+func TestInstallGenerations(t *testing.T) {
+	framework.RequireRoot(t)
+	reg := framework.StartRegistry(t)
+	refs := buildRuntimes(t, reg.Addr, "python")
+	l := hoststate.Under(t.TempDir())
+	in := &provisioner.Installer{Layout: l, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
+	ctx := context.Background()
+	req := func(gen int64, image string) provisioner.Request {
+		return provisioner.Request{ID: "python-3.11", Epoch: "6f1c0d8e-7a8b-4c1d-9e2f-000000000001", Generation: gen,
+			Image: image, UID: 10001, GID: 10001}
+	}
+	r1, err := in.Install(ctx, req(1, refs["python1"]))
+	if err != nil {
+		t.Fatalf("install generation 1: %v", err)
+	}
+	if r1.LayersFetched != 2 || r1.LayersReused != 0 {
+		t.Fatalf("generation 1 fetched %d reused %d layers", r1.LayersFetched, r1.LayersReused)
+	}
+	if r1.Generation.Home != "/home/app" || !r1.Generation.HasPath || !strings.Contains(r1.Generation.Path, "/usr/bin") {
+		t.Fatalf("generation metadata: %+v", r1.Generation)
+	}
+	r2, err := in.Install(ctx, req(2, refs["python2"]))
+	if err != nil {
+		t.Fatalf("install generation 2: %v", err)
+	}
+	if r2.LayersFetched != 1 || r2.LayersReused != 1 {
+		t.Fatalf("rotation fetched %d and reused %d layers; want 1 and 1", r2.LayersFetched, r2.LayersReused)
+	}
+	if r2.BytesFetched >= r1.BytesFetched/10 {
+		t.Fatalf("rotation extracted %d bytes, generation 1 %d: not proportional to the change", r2.BytesFetched, r1.BytesFetched)
+	}
+	cur, err := l.Current("python-3.11")
+	if err != nil || cur.Generation != 2 {
+		t.Fatalf("current = %v %v", cur, err)
+	}
+	if _, err := l.ReadGeneration("python-3.11", hoststate.Ref{Epoch: cur.Epoch, Generation: 1}); err != nil {
+		t.Fatalf("generation 1 gone after rotation: %v", err)
+	}
+	// The generation's metadata is read-only.
+	if fi, err := os.Stat(l.GenerationDir("python-3.11", cur.Epoch, 2)); err != nil || fi.Mode().Perm()&0o222 != 0 {
+		t.Fatalf("generation directory writable: %v %v", err, fi)
+	}
+	// The top layer of generation 2 carries its marker.
+	top := l.LayerDir(strings.TrimPrefix(r2.Generation.Layers[1], "sha256:"))
+	if b, err := os.ReadFile(filepath.Join(top, "etc/brewlet-runtime-release")); err != nil || !strings.Contains(string(b), "=2") {
+		t.Fatalf("top layer content: %v %q", err, b)
+	}
+
+	t.Run("refused generation never becomes current", func(t *testing.T) {
+		bad := pushRuntime(t, reg.Addr+"/runtimes/bad:1", []framework.TarEntry{
+			{Name: "etc/", Mode: 0o755, Typeflag: '5'},
+			{Name: "etc/passwd", Mode: 0o644, Body: []byte("app:x:10001:10001::/home/app:/bin/sh\n")},
+			{Name: "etc/group", Mode: 0o644, Body: []byte("app:x:10001:\n")},
+			{Name: "su", Mode: 0o4755, Body: []byte("ELF")},
+		}, nil)
+		_, err := in.Install(ctx, req(3, bad))
+		if vocab.ReasonOf(err) != vocab.ReasonPrivilegedRuntimeFile {
+			t.Fatalf("setuid runtime: %v", err)
+		}
+		if cur, _ := l.Current("python-3.11"); cur.Generation != 2 {
+			t.Fatalf("current moved to %v", cur)
+		}
+		_, err = in.Install(ctx, req(3, strings.Replace(refs["python2"], "@sha256:", ":2@sha256:", 1)))
+		if vocab.ReasonOf(err) != vocab.ReasonInvalidImageReference {
+			t.Fatalf("tag next to digest: %v", err)
+		}
+		arm := &provisioner.Installer{Layout: l, Platform: v1.Platform{OS: "linux", Architecture: "arm64"}}
+		if _, err := arm.Install(ctx, req(3, refs["python2"])); vocab.ReasonOf(err) != vocab.ReasonPlatformUnavailable {
+			t.Fatalf("wrong platform: %v", err)
+		}
+	})
+}
+
+// pushRuntime pushes a single-layer runtime image built without the CLI's validation.
+func pushRuntime(t *testing.T, ref string, entries []framework.TarEntry, env []string) string {
+	t.Helper()
+	layer, err := framework.LayerTar(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := framework.Image(v1.Config{Env: env}, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := framework.Push(img, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
