@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/test/framework"
+)
+
+// The provisioner's writes are node-scoped by the ValidatingAdmissionPolicy in
+// config/policy, judged by the real API server from the node claim of a pod-bound
+// service-account token: an agent writes its own NodeRuntime and its own node's
+// brewlet.sh/* labels, nothing else.
+func TestProvisionerWritesAreNodeScoped(t *testing.T) {
+	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{})
+	ctx, c := context.Background(), cp.Client
+	if out, err := cp.Kubectl(t, "apply", "-f", filepath.Join(framework.RepoRoot(t), "config/policy/provisioner-node-scope.yaml")); err != nil {
+		t.Fatalf("apply policy: %v\n%s", err, out)
+	}
+	const ns, sa = "brewlet-system", "brewlet-provisioner"
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"n1", "n2"} {
+		must(c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"pool": "general"}}}))
+		must(c.Create(ctx, &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: n}}))
+	}
+	must(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	must(c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa, Namespace: ns}}))
+	must(c.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: sa}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{"node.brewlet.sh"}, Resources: []string{"noderuntimes", "noderuntimes/status"}, Verbs: []string{"get", "create", "update", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "update", "patch"}},
+	}}))
+	must(c.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: sa},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: sa},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}}}))
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-n1", Namespace: ns}, Spec: corev1.PodSpec{
+		NodeName: "n1", ServiceAccountName: sa, Containers: []corev1.Container{{Name: "agent", Image: "registry.invalid/agent@" + goodDigest}}}}
+	must(c.Create(ctx, pod))
+
+	// The token the kubelet would mount into the agent's pod on n1.
+	cs, err := kubernetes.NewForConfig(cp.Config)
+	must(err)
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}}}, metav1.CreateOptions{})
+	must(err)
+	agent, err := client.New(cp.UserConfig(tr.Status.Token), client.Options{Scheme: cp.Scheme})
+	must(err)
+
+	// Policies take effect asynchronously: retry the first denial.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := writeStatus(ctx, agent, "n2")
+		if err != nil && strings.Contains(err.Error(), "agents write only their own node") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("write to another node's NodeRuntime not denied: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if err := writeStatus(ctx, agent, "n1"); err != nil {
+		t.Fatalf("agent could not write its own NodeRuntime status: %v", err)
+	}
+	if err := labelNode(ctx, agent, "n1", "brewlet.sh/runtime", "ready"); err != nil {
+		t.Fatalf("agent could not label its own node: %v", err)
+	}
+	expectDenied(t, labelNode(ctx, agent, "n2", "brewlet.sh/runtime", "ready"), "agents write only their own node")
+	expectDenied(t, labelNode(ctx, agent, "n1", "pool", "gpu"), "only brewlet.sh/* labels")
+	// An unbound token of the same service account has no node claim.
+	plain, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	must(err)
+	unbound, err := client.New(cp.UserConfig(plain.Status.Token), client.Options{Scheme: cp.Scheme})
+	must(err)
+	expectDenied(t, writeStatus(ctx, unbound, "n1"), "no node claim")
+}
+
+func writeStatus(ctx context.Context, c client.Client, node string) error {
+	nrt := &brewletv1.NodeRuntime{}
+	if err := c.Get(ctx, client.ObjectKey{Name: node}, nrt); err != nil {
+		return err
+	}
+	nrt.Status.Complete = true
+	nrt.Status.ObservedAt = &metav1.Time{Time: time.Now().Truncate(time.Second)}
+	return c.Status().Update(ctx, nrt)
+}
+
+func labelNode(ctx context.Context, c client.Client, node, key, value string) error {
+	n := &corev1.Node{}
+	if err := c.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(n.DeepCopy())
+	n.Labels[key] = value
+	return c.Patch(ctx, n, patch)
+}
