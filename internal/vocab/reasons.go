@@ -46,6 +46,9 @@ const (
 	ReasonDigestMismatch         Reason = "DigestMismatch"
 	ReasonRuntimeImagePullFailed Reason = "RuntimeImagePullFailed"
 
+	// Node integration (provisioner).
+	ReasonContainerdConfigFailed Reason = "ContainerdConfigFailed"
+
 	// Rotation restarts (operator).
 	ReasonRestartNotApplicable Reason = "RestartNotApplicable"
 	ReasonRestartDeferred      Reason = "RestartDeferred"

@@ -23,11 +23,19 @@ func containerdConfig(n *Node, runc string) ([]byte, error) {
 		}
 		return h
 	}
+	runtimes := map[string]any{"runc": handler("io.containerd.runc.v2", nil)}
+	if !n.opts.WithoutBrewletHandler {
+		runtimes[vocab.RuntimeClassName] = handler(vocab.ShimRuntimeType, []string{vocab.PodAnnotationPassthrough})
+	}
+	imports := []string{}
+	if n.ImportsDir != "" {
+		imports = append(imports, n.ImportsDir+"/*.toml")
+	}
 	cfg := map[string]any{
 		"version": 3,
 		"root":    filepath.Join(n.Dir, "root"),
 		"state":   filepath.Join(n.Dir, "state"),
-		"imports": []string{},
+		"imports": imports,
 		"grpc":    map[string]any{"address": n.Socket},
 		"ttrpc":   map[string]any{"address": n.Socket + ".ttrpc"},
 		"plugins": map[string]any{
@@ -46,10 +54,7 @@ func containerdConfig(n *Node, runc string) ([]byte, error) {
 				"netns_mounts_under_state_dir": true,
 				"containerd": map[string]any{
 					"default_runtime_name": "runc",
-					"runtimes": map[string]any{
-						"runc":                 handler("io.containerd.runc.v2", nil),
-						vocab.RuntimeClassName: handler(vocab.ShimRuntimeType, []string{vocab.PodAnnotationPassthrough}),
-					},
+					"runtimes":             runtimes,
 				},
 				"cni": map[string]any{
 					"bin_dirs": []string{"/usr/lib/cni"},

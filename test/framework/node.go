@@ -41,12 +41,25 @@ type Node struct {
 	Images       runtimeapi.ImageServiceClient
 	PauseImage   string // repo@digest in the registry
 	BusyboxImage string
+	ImportsDir   string // drop-in directory, when NodeOptions.ImportsDir
 	conn         *grpc.ClientConn
+	opts         NodeOptions
 }
 
-// StartNode starts a node. It is removed (pods, shims, mounts, bridge, cgroups, files)
-// when the test ends.
-func StartNode(t testing.TB) *Node {
+// NodeOptions vary the node's containerd configuration.
+type NodeOptions struct {
+	// WithoutBrewletHandler leaves the brewlet handler out, for tests of its registration.
+	WithoutBrewletHandler bool
+	// ImportsDir makes the main config import <dir>/*.toml (a drop-in directory).
+	ImportsDir bool
+}
+
+// StartNode starts a node with both handlers. It is removed (pods, shims, mounts, bridge,
+// cgroups, files) when the test ends.
+func StartNode(t testing.TB) *Node { return StartNodeWith(t, NodeOptions{}) }
+
+// StartNodeWith starts a node with options.
+func StartNodeWith(t testing.TB, opts NodeOptions) *Node {
 	t.Helper()
 	RequireRoot(t)
 	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "runc", "registry", "crictl"} {
@@ -58,7 +71,7 @@ func StartNode(t testing.TB) *Node {
 		}
 	}
 	in := NewInstance(t, "n")
-	n := &Node{Instance: in, BinDir: filepath.Join(in.Dir, "bin"), Socket: filepath.Join(in.Dir, "containerd.sock"),
+	n := &Node{Instance: in, opts: opts, BinDir: filepath.Join(in.Dir, "bin"), Socket: filepath.Join(in.Dir, "containerd.sock"),
 		CgroupParent: "brewlet-e2e-" + in.ID, Bridge: "brw" + in.ID}
 	subnet, err := freeSubnet()
 	if err != nil {
@@ -182,6 +195,12 @@ func (n *Node) startContainerd(t testing.TB) error {
 		return err
 	}
 	n.ConfigPath = filepath.Join(n.Dir, "containerd.toml")
+	if n.opts.ImportsDir {
+		n.ImportsDir = filepath.Join(n.Dir, "conf.d")
+		if err := os.MkdirAll(n.ImportsDir, 0o755); err != nil {
+			return err
+		}
+	}
 	cfg, err := containerdConfig(n, Tool(t, "runc"))
 	if err != nil {
 		return err
@@ -189,12 +208,9 @@ func (n *Node) startContainerd(t testing.TB) error {
 	if err := os.WriteFile(n.ConfigPath, cfg, 0o644); err != nil {
 		return err
 	}
-	env := []string{"PATH=" + n.BinDir + ":" + ToolsBin() + ":" + os.Getenv("PATH")}
-	p, err := n.Start("containerd", env, Tool(t, "containerd"), "--config", n.ConfigPath)
-	if err != nil {
+	if err := n.runContainerd(); err != nil {
 		return err
 	}
-	n.Containerd = p
 	n.conn, err = grpc.NewClient("unix://"+n.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
@@ -202,7 +218,31 @@ func (n *Node) startContainerd(t testing.TB) error {
 	n.OnCleanup(func() { _ = n.conn.Close() })
 	n.Runtime = runtimeapi.NewRuntimeServiceClient(n.conn)
 	n.Images = runtimeapi.NewImageServiceClient(n.conn)
-	return p.WaitReady(60*time.Second, func(ctx context.Context) error {
+	return n.waitCRI()
+}
+
+func (n *Node) runContainerd() error {
+	env := []string{"PATH=" + n.BinDir + ":" + ToolsBin() + ":" + os.Getenv("PATH")}
+	p, err := n.Start("containerd", env, filepath.Join(ToolsBin(), "containerd"), "--config", n.ConfigPath)
+	if err != nil {
+		return err
+	}
+	n.Containerd = p
+	return nil
+}
+
+// RestartContainerd stops containerd and starts it again with its (possibly changed)
+// config, as systemctl restart would; running containers and their shims survive.
+func (n *Node) RestartContainerd(ctx context.Context) error {
+	n.Containerd.Stop(20 * time.Second)
+	if err := n.runContainerd(); err != nil {
+		return err
+	}
+	return n.waitCRI()
+}
+
+func (n *Node) waitCRI() error {
+	return n.Containerd.WaitReady(60*time.Second, func(ctx context.Context) error {
 		st, err := n.Runtime.Status(ctx, &runtimeapi.StatusRequest{})
 		if err != nil {
 			return err
