@@ -49,10 +49,11 @@ test-e2e: build
 ## test: everything CI runs, from a fresh machine: tools, generated files, lint, all tiers
 test: tools verify-generated lint test-unit test-e2e
 
-## demo: the main job. Until the data path lands (docs/STATUS.md) it starts a real node
-## (containerd, runc, registry, CNI) and runs a pod through the brewlet handler's shim.
+## demo: the main job: on a real node (containerd, runc, registry, CNI) install the CPython
+## runtime built from Debian packages, push a Python app holding only /app, and run it
+## through the brewlet shim. (A local cluster with the operator replaces this later.)
 demo: tools
-	go test -count=1 -v -run 'TestNodeRunsPodsThroughCRI' ./test/e2e/
+	go test -count=1 -v -run 'TestDataPathRunsAppOnRuntime$$' ./test/e2e/
 
 ## runtimes: build the local runtime images from Debian packages and push them to REGISTRY
 runtimes:

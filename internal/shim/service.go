@@ -5,15 +5,11 @@
 package shim
 
 import (
-	"context"
-
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/task"
 	"github.com/containerd/containerd/v2/pkg/shim"
 	"github.com/containerd/containerd/v2/pkg/shutdown"
 	"github.com/containerd/containerd/v2/plugins"
-	"github.com/containerd/errdefs"
-	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/plugin"
 	"github.com/containerd/plugin/registry"
 	"github.com/containerd/ttrpc"
@@ -28,14 +24,6 @@ type service struct {
 func (s *service) RegisterTTRPC(server *ttrpc.Server) error {
 	taskAPI.RegisterTTRPCTaskService(server, s)
 	return nil
-}
-
-// Create hands the runc code options it understands, then delegates.
-func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*taskAPI.CreateTaskResponse, error) {
-	if err := normalizeOptions(&r.Options); err != nil {
-		return nil, errgrpc.ToGRPCf(errdefs.ErrInvalidArgument, "brewlet shim: %v", err)
-	}
-	return s.TTRPCTaskService.Create(ctx, r)
 }
 
 // Register adds the wrapped task service as the shim's "task" TTRPC plugin. It replaces

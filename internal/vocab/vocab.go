@@ -137,3 +137,18 @@ const (
 	RuntimeIDPattern   = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	MaxRuntimeIDLength = 55
 )
+
+// CRI annotations containerd puts on every OCI spec (a stable CRI contract; containerd's
+// own constants live in an internal package).
+const (
+	CRIContainerType        = "io.kubernetes.cri.container-type"
+	CRIContainerTypeSandbox = "sandbox"
+	CRISandboxName          = "io.kubernetes.cri.sandbox-name"
+	CRISandboxNamespace     = "io.kubernetes.cri.sandbox-namespace"
+	CRISandboxUID           = "io.kubernetes.cri.sandbox-uid"
+	CRIContainerName        = "io.kubernetes.cri.container-name"
+)
+
+// EnvHostPrefix relocates the node's host layout (tests); containerd hands it to shims
+// through its shim manager env.
+const EnvHostPrefix = "BREWLET_HOST_PREFIX"

@@ -39,7 +39,11 @@ func containerdConfig(n *Node, runc string) ([]byte, error) {
 		"grpc":    map[string]any{"address": n.Socket},
 		"ttrpc":   map[string]any{"address": n.Socket + ".ttrpc"},
 		"plugins": map[string]any{
-			"io.containerd.shim.v1.manager": map[string]any{"socket_dir": filepath.Join(n.Dir, "s")},
+			"io.containerd.shim.v1.manager": map[string]any{
+				"socket_dir": filepath.Join(n.Dir, "s"),
+				// The shim finds the node's Brewlet state under the instance directory.
+				"env": []string{vocab.EnvHostPrefix + "=" + n.HostPrefix},
+			},
 			"io.containerd.nri.v1.nri":      map[string]any{"disable": true},
 			"io.containerd.internal.v1.opt": map[string]any{"path": filepath.Join(n.Dir, "opt")},
 			"io.containerd.cri.v1.images": map[string]any{

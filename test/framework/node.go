@@ -42,6 +42,7 @@ type Node struct {
 	PauseImage   string // repo@digest in the registry
 	BusyboxImage string
 	ImportsDir   string // drop-in directory, when NodeOptions.ImportsDir
+	HostPrefix   string // root of the node's Brewlet host layout (hoststate.Under)
 	conn         *grpc.ClientConn
 	opts         NodeOptions
 }
@@ -71,7 +72,7 @@ func StartNodeWith(t testing.TB, opts NodeOptions) *Node {
 		}
 	}
 	in := NewInstance(t, "n")
-	n := &Node{Instance: in, opts: opts, BinDir: filepath.Join(in.Dir, "bin"), Socket: filepath.Join(in.Dir, "containerd.sock"),
+	n := &Node{Instance: in, opts: opts, HostPrefix: filepath.Join(in.Dir, "host"), BinDir: filepath.Join(in.Dir, "bin"), Socket: filepath.Join(in.Dir, "containerd.sock"),
 		CgroupParent: "brewlet-e2e-" + in.ID, Bridge: "brw" + in.ID}
 	subnet, err := freeSubnet()
 	if err != nil {

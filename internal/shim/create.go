@@ -1,0 +1,230 @@
+package shim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
+	"github.com/containerd/typeurl/v2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"brewlet.sh/brewlet/internal/hoststate"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// layout is the node's host state, relocatable for tests through the shim's environment.
+func layout() hoststate.Layout {
+	if p := os.Getenv(vocab.EnvHostPrefix); p != "" {
+		return hoststate.Under(p)
+	}
+	return hoststate.DefaultLayout
+}
+
+// refusal turns an error into what containerd shows the user: "<Reason>: <message>".
+func refusal(err error) error {
+	if vocab.ReasonOf(err) != "" {
+		return errgrpc.ToGRPCf(errdefs.ErrFailedPrecondition, "%v", err)
+	}
+	return errgrpc.ToGRPCf(errdefs.ErrInternal, "brewlet shim: %v", err)
+}
+
+func readSpec(bundle string) (*specs.Spec, error) {
+	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var s specs.Spec
+	return &s, json.Unmarshal(b, &s)
+}
+
+func writeSpec(bundle string, s *specs.Spec) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600)
+}
+
+// Create composes an application container; pod sandboxes pass through untouched.
+func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*taskAPI.CreateTaskResponse, error) {
+	if err := normalizeOptions(&r.Options); err != nil {
+		return nil, errgrpc.ToGRPCf(errdefs.ErrInvalidArgument, "brewlet shim: %v", err)
+	}
+	spec, err := readSpec(r.Bundle)
+	if err != nil {
+		return nil, refusal(err)
+	}
+	if spec.Annotations[vocab.CRIContainerType] == vocab.CRIContainerTypeSandbox {
+		return s.TTRPCTaskService.Create(ctx, r)
+	}
+	l := layout()
+	leased := false
+	release := func() {
+		if leased {
+			_ = l.ReleaseLease(r.ID)
+		}
+		_ = os.RemoveAll(l.ContainerDir(r.ID))
+	}
+	if err := s.prepare(l, r, spec, &leased); err != nil {
+		release()
+		return nil, refusal(err)
+	}
+	resp, err := s.TTRPCTaskService.Create(ctx, r)
+	if err != nil {
+		release()
+	}
+	return resp, err
+}
+
+// prepare runs every check, takes the lease, composes the root filesystem and rewrites
+// the spec. Nothing is mounted before every check passed.
+func (s *service) prepare(l hoststate.Layout, r *taskAPI.CreateTaskRequest, spec *specs.Spec, leased *bool) error {
+	ann := spec.Annotations
+	id := ann[vocab.AnnotationRuntimeImage]
+	if id == "" {
+		return vocab.Errorf(vocab.ReasonRuntimeImageRequired,
+			"pods with runtimeClassName %s need the annotation %s naming a RuntimeImage (e.g. python-3.12)", vocab.RuntimeClassName, vocab.AnnotationRuntimeImage)
+	}
+	if err := vocab.ValidateRuntimeID(id); err != nil {
+		return err
+	}
+	launchDir, app, mount, err := snapshotLayers(r.Rootfs)
+	if err != nil {
+		return err
+	}
+	launch, err := readLaunch(launchDir)
+	if err != nil {
+		return err
+	}
+	if err := launch.CheckRuntime(id); err != nil {
+		return err
+	}
+	if err := l.CheckFence(); err != nil {
+		return err
+	}
+	auth, err := l.ReadAuthorization(id)
+	if err != nil {
+		return err
+	}
+	if err := auth.Check(time.Now()); err != nil {
+		return err
+	}
+	gen, err := l.LeaseCurrent(hoststate.Lease{ContainerID: r.ID, ID: id,
+		PodNamespace: ann[vocab.CRISandboxNamespace], PodName: ann[vocab.CRISandboxName],
+		PodUID: ann[vocab.CRISandboxUID], ContainerName: ann[vocab.CRIContainerName]})
+	if err != nil {
+		return err
+	}
+	*leased = true
+	if gen.Epoch != auth.Epoch {
+		return vocab.Errorf(vocab.ReasonRuntimeImageEpochMismatch,
+			"the installed %s belongs to RuntimeImage %s but the authorization is for %s (the RuntimeImage was recreated); the provisioner installs the new one", id, gen.Epoch, auth.Epoch)
+	}
+	if err := checkBarrier(ann[vocab.AnnotationRotatedToGeneration], id, gen.Epoch, gen.Generation); err != nil {
+		return err
+	}
+	if err := checkIdentity(spec.Process.User, gen.UID); err != nil {
+		return err
+	}
+	if err := validateApp(l, app); err != nil {
+		return err
+	}
+	mask, err := appMask(l)
+	if err != nil {
+		return err
+	}
+	var rt []string
+	for _, d := range gen.Layers {
+		rt = append(rt, l.LayerDir(strings.TrimPrefix(d, "sha256:")))
+	}
+	composeLowerdirs(mount, app, mask, rt)
+
+	st := &execState{RuntimeID: id, Epoch: gen.Epoch, Generation: gen.Generation,
+		UID: spec.Process.User.UID, GID: spec.Process.User.GID, AdditionalGids: spec.Process.User.AdditionalGids,
+		HasPath: gen.HasPath, Path: gen.Path, Home: gen.Home}
+	for _, kv := range gen.Env {
+		if !strings.HasPrefix(kv, "PATH=") {
+			st.RuntimeEnv = append(st.RuntimeEnv, kv)
+		}
+	}
+	if err := saveState(l, r.ID, st); err != nil {
+		return err
+	}
+	applyProcessRules(spec.Process, st)
+	// Packaged /app is read-only to the process: a read-only bind of the composed /app.
+	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/app", Type: "bind",
+		Source: filepath.Join(r.Bundle, "rootfs", "app"), Options: []string{"rbind", "ro"}})
+	return writeSpec(r.Bundle, spec)
+}
+
+func saveState(l hoststate.Layout, containerID string, st *execState) error {
+	dir := l.ContainerDir(containerID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "exec.json"), b, 0o600)
+}
+
+func loadState(l hoststate.Layout, containerID string) (*execState, error) {
+	b, err := os.ReadFile(filepath.Join(l.ContainerDir(containerID), "exec.json"))
+	if err != nil {
+		return nil, vocab.Wrap(vocab.ReasonExecStateUnavailable, err,
+			"the saved state of container %s is missing, so Brewlet cannot apply its process rules to this exec; restart the container", containerID)
+	}
+	var st execState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, vocab.Wrap(vocab.ReasonExecStateUnavailable, err, "the saved state of container %s is unreadable; restart the container", containerID)
+	}
+	return &st, nil
+}
+
+// Exec gives exec sessions, exec probes and hooks the container's identity and rules.
+func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*emptypb.Empty, error) {
+	st, err := loadState(layout(), r.ID)
+	if err != nil {
+		return nil, refusal(err)
+	}
+	v, err := typeurl.UnmarshalAny(r.Spec)
+	if err != nil {
+		return nil, refusal(fmt.Errorf("decode exec process: %w", err))
+	}
+	p, ok := v.(*specs.Process)
+	if !ok {
+		return nil, refusal(fmt.Errorf("exec process has type %T", v))
+	}
+	// Whatever the request asks for, the session runs as the container does.
+	p.User = specs.User{UID: st.UID, GID: st.GID, AdditionalGids: st.AdditionalGids}
+	applyProcessRules(p, st)
+	a, err := typeurl.MarshalAnyToProto(p)
+	if err != nil {
+		return nil, refusal(err)
+	}
+	r.Spec = a
+	return s.TTRPCTaskService.Exec(ctx, r)
+}
+
+// Delete releases the container's lease once the init process, its execs and its mounts
+// are gone (the runc code unmounts the root filesystem inside Delete).
+func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
+	resp, err := s.TTRPCTaskService.Delete(ctx, r)
+	if err == nil && r.ExecID == "" {
+		l := layout()
+		if _, serr := os.Stat(l.ContainerDir(r.ID)); serr == nil {
+			_ = l.ReleaseLease(r.ID)
+			_ = os.RemoveAll(l.ContainerDir(r.ID))
+		}
+	}
+	return resp, err
+}

@@ -1,0 +1,113 @@
+package shim
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/containerd/containerd/api/types"
+	"golang.org/x/sys/unix"
+
+	"brewlet.sh/brewlet/internal/artifact"
+	"brewlet.sh/brewlet/internal/hoststate"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// snapshotLayers splits containerd's overlay mount of the artifact into the launch layer
+// (the top lower directory) and the application layers below it, lowest first.
+func snapshotLayers(rootfs []*types.Mount) (launch string, app []string, m *types.Mount, err error) {
+	if len(rootfs) != 1 || rootfs[0].Type != "overlay" {
+		return "", nil, nil, vocab.Errorf(vocab.ReasonUnsupportedArtifact,
+			"the image's root filesystem is not an overlay of several layers; a Brewlet application artifact has app layers and a launch layer (build it with 'brewlet push')")
+	}
+	m = rootfs[0]
+	for _, o := range m.Options {
+		if v, ok := strings.CutPrefix(o, "lowerdir="); ok {
+			dirs := strings.Split(v, ":")
+			if len(dirs) < 2 {
+				break
+			}
+			app = slices.Clone(dirs[1:])
+			slices.Reverse(app)
+			return dirs[0], app, m, nil
+		}
+	}
+	return "", nil, nil, vocab.Errorf(vocab.ReasonUnsupportedArtifact, "the image has fewer than two layers; a Brewlet application artifact has app layers and a launch layer")
+}
+
+// readLaunch reads launch.json from the launch layer, which must hold nothing else.
+func readLaunch(dir string) (*artifact.Launch, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(ents) != 1 || ents[0].Name() != artifact.LaunchFile || !ents[0].Type().IsRegular() {
+		return nil, vocab.Errorf(vocab.ReasonUnsupportedArtifact,
+			"the image's top layer is not a launch layer holding only %s: this is not a Brewlet application artifact (build it with 'brewlet push')", artifact.LaunchFile)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, artifact.LaunchFile), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	b, err := io.ReadAll(io.LimitReader(f, artifact.MaxLaunchSize+1))
+	if err != nil {
+		return nil, err
+	}
+	return artifact.ParseLaunch(b)
+}
+
+// validateApp applies the layer content rules to the application layers, remembering a
+// positive verdict per layer set (snapshots are immutable and never reuse a path).
+func validateApp(l hoststate.Layout, app []string) error {
+	h := sha256.Sum256([]byte(strings.Join(app, "\n")))
+	mark := filepath.Join(l.State, "verdicts", hex.EncodeToString(h[:]))
+	if _, err := os.Stat(mark); err == nil {
+		return nil
+	}
+	if err := artifact.ValidateDirLayers(app, nil); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(mark), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(mark, nil, 0o600)
+}
+
+// appMask returns a layer holding an opaque, empty /app: placed between the application
+// and the runtime layers, it hides whatever the runtime ships in /app.
+func appMask(l hoststate.Layout) (string, error) {
+	dir := filepath.Join(l.State, "masks", "hide-app")
+	app := filepath.Join(dir, artifact.AppDir)
+	if err := os.MkdirAll(app, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	if err := unix.Lsetxattr(app, "trusted.overlay.opaque", []byte("y"), 0); err != nil {
+		return "", fmt.Errorf("cannot mark %s opaque to hide the runtime's /app: %w", app, err)
+	}
+	return dir, nil
+}
+
+// composeLowerdirs rewrites the overlay's lower directories: application layers (launch
+// layer dropped), the /app mask, then the runtime generation's layers. containerd's upper
+// and work directories stay, so the writable layer remains containerd's.
+func composeLowerdirs(m *types.Mount, app []string, mask string, runtime []string) {
+	lower := slices.Clone(app)
+	slices.Reverse(lower) // overlay lists the top layer first
+	lower = append(lower, mask)
+	rt := slices.Clone(runtime)
+	slices.Reverse(rt)
+	lower = append(lower, rt...)
+	for i, o := range m.Options {
+		if strings.HasPrefix(o, "lowerdir=") {
+			m.Options[i] = "lowerdir=" + strings.Join(lower, ":")
+		}
+	}
+}

@@ -1,0 +1,263 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"brewlet.sh/brewlet/internal/hoststate"
+	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/framework"
+)
+
+const pyID = "python-3.11"
+
+// dataPath is a node with the CPython runtime installed and authorized, and an
+// application artifact holding only /app pushed to the node's registry.
+type dataPath struct {
+	n      *framework.Node
+	host   hoststate.Layout
+	refs   map[string]string
+	app    string // artifact reference
+	epoch  string
+	inst   *provisioner.Installer
+	cli    string
+	podIdx int
+}
+
+const helloPy = `import os, sys
+print("exe", sys.executable)
+print("uid", os.getuid(), "gid", os.getgid())
+print("path", os.environ.get("PATH"))
+print("home", os.environ.get("HOME"))
+print("release", open("/etc/brewlet-runtime-release").read().strip())
+print("appfiles", sorted(os.listdir("/app")))
+`
+
+func newDataPath(t *testing.T) *dataPath {
+	t.Helper()
+	n := framework.StartNode(t)
+	d := &dataPath{n: n, host: hoststate.Under(n.HostPrefix), epoch: "0c6f9a52-1b7e-4d2a-9c1e-5a8f3e2d4b10"}
+	d.refs = buildRuntimes(t, n.Registry, "python")
+	d.inst = &provisioner.Installer{Layout: d.host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
+	d.install(t, 1)
+	if err := d.host.OpenFence(); err != nil {
+		t.Fatal(err)
+	}
+	d.authorize(t, false, 5*time.Minute)
+	d.cli = buildCLI(t)
+	src := t.TempDir()
+	writeTree(t, src, map[string]string{"hello/__main__.py": helloPy})
+	out, errOut, code := brewlet(t, d.cli, "push", n.Registry+"/apps/hello:1", "--layer", "app="+src+":/app/src",
+		"--entrypoint", "python", "--arg", "-m", "--arg", "hello", "--env", "PYTHONPATH=/app/src", "--requires-runtime", pyID)
+	if code != 0 {
+		t.Fatalf("push app: %s", errOut)
+	}
+	d.app = lastLine(out)
+	return d
+}
+
+func (d *dataPath) install(t *testing.T, gen int64) {
+	t.Helper()
+	if _, err := d.inst.Install(context.Background(), provisioner.Request{ID: pyID, Epoch: d.epoch, Generation: gen,
+		Image: d.refs["python"+string(rune('0'+gen))], UID: 10001, GID: 10001}); err != nil {
+		t.Fatalf("install generation %d: %v", gen, err)
+	}
+}
+
+func (d *dataPath) authorize(t *testing.T, revoked bool, valid time.Duration) {
+	t.Helper()
+	cur, err := d.host.Current(pyID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := d.host.WriteAuthorization(hoststate.Authorization{ID: pyID, Epoch: cur.Epoch, Generation: cur.Generation,
+		ConfirmedAt: now, ExpiresAt: now.Add(valid), Revoked: revoked, Node: "e2e-node"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// start creates and starts a container of the app in a new brewlet pod.
+func (d *dataPath) start(t *testing.T, ann map[string]string, mutate func(*runtimeapi.ContainerConfig)) (string, *runtimeapi.PodSandboxConfig, error) {
+	t.Helper()
+	d.podIdx++
+	if ann == nil {
+		ann = map[string]string{vocab.AnnotationRuntimeImage: pyID}
+	}
+	pod := d.n.PodConfig("app-"+string(rune('a'+d.podIdx)), ann)
+	ctx := context.Background()
+	podID, err := d.n.RunPod(ctx, pod, vocab.RuntimeClassName)
+	if err != nil {
+		t.Fatalf("run pod: %v", err)
+	}
+	c := framework.ContainerConfig("app", d.app)
+	c.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{
+		RunAsUser: &runtimeapi.Int64Value{Value: 10001}, RunAsGroup: &runtimeapi.Int64Value{Value: 10001}}
+	c.Envs = []*runtimeapi.KeyValue{{Key: "PATH", Value: []byte("/pod/set/this")}}
+	if mutate != nil {
+		mutate(c)
+	}
+	cid, err := d.n.CreateStart(ctx, podID, pod, c)
+	return cid, pod, err
+}
+
+// output waits for a container to exit and returns its log.
+func (d *dataPath) output(t *testing.T, cid string, pod *runtimeapi.PodSandboxConfig) string {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := d.n.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: cid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Status.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+			b, _ := os.ReadFile(filepath.Join(pod.LogDirectory, "app.log"))
+			if st.Status.ExitCode != 0 {
+				t.Fatalf("container exited %d: %s", st.Status.ExitCode, b)
+			}
+			return string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("container still %v after 60s", st.Status.State)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func expectReason(t *testing.T, err error, r vocab.Reason) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), string(r)+": ") {
+		t.Fatalf("got %v; want a CRI error carrying %q", err, r)
+	}
+}
+
+// A Python application whose image holds only /app runs on the node's CPython runtime,
+// as the runtime's non-root user, with the runtime's PATH whatever the pod sets.
+func TestDataPathRunsAppOnRuntime(t *testing.T) {
+	d := newDataPath(t)
+	cid, pod, err := d.start(t, nil, nil)
+	if err != nil {
+		t.Fatalf("start app: %v", err)
+	}
+	out := d.output(t, cid, pod)
+	t.Logf("application output (image holds only /app; interpreter from runtime %s):\n%s", pyID, out)
+	for _, want := range []string{"exe /usr/bin/python", "uid 10001 gid 10001", "path /usr/local/bin:/usr/bin:/bin",
+		"home /home/app", "release BREWLET_RUNTIME_GENERATION=1", "appfiles ['src']"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("app output lacks %q:\n%s", want, out)
+		}
+	}
+
+	t.Run("exec gets the container's identity, no capabilities and the runtime PATH", func(t *testing.T) {
+		cid, _, err := d.start(t, nil, func(c *runtimeapi.ContainerConfig) {
+			c.Command = []string{"python", "-c", "import time; time.sleep(3600)"}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, errOut, code, err := d.n.ExecSync(context.Background(), cid, "python", "-c",
+			"import os; s=open('/proc/self/status').read(); print(os.getuid(), os.environ['PATH'], [l for l in s.splitlines() if l.startswith(('CapEff','CapPrm','NoNewPrivs'))])")
+		if err != nil || code != 0 {
+			t.Fatalf("exec: %v %d %s", err, code, errOut)
+		}
+		for _, want := range []string{"10001 /usr/local/bin:/usr/bin:/bin", "CapEff:\\t0000000000000000", "CapPrm:\\t0000000000000000", "NoNewPrivs:\\t1"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("exec output lacks %q: %s", want, out)
+			}
+		}
+		// Packaged /app is read-only to the process.
+		_, errOut, code, _ = d.n.ExecSync(context.Background(), cid, "python", "-c", "open('/app/src/x','w')")
+		if code == 0 || !strings.Contains(errOut, "Read-only file system") {
+			t.Errorf("/app writable: %d %s", code, errOut)
+		}
+	})
+
+	t.Run("rotation: new containers on generation 2, running ones keep 1", func(t *testing.T) {
+		old, _, err := d.start(t, nil, func(c *runtimeapi.ContainerConfig) {
+			c.Command = []string{"python", "-c", "import time; time.sleep(3600)"}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.install(t, 2)
+		d.authorize(t, false, 5*time.Minute)
+		cid, pod, err := d.start(t, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out := d.output(t, cid, pod); !strings.Contains(out, "release BREWLET_RUNTIME_GENERATION=2") {
+			t.Fatalf("new container not on generation 2:\n%s", out)
+		}
+		out, _, _, err := d.n.ExecSync(context.Background(), old, "python", "-c", "print(open('/etc/brewlet-runtime-release').read())")
+		if err != nil || !strings.Contains(out, "GENERATION=1") {
+			t.Fatalf("running container moved off generation 1: %v %q", err, out)
+		}
+		leases, err := d.host.Leases()
+		if err != nil {
+			t.Fatal(err)
+		}
+		onOne := false
+		for _, l := range leases {
+			if l.ContainerID == old && l.Generation == 1 {
+				onOne = true
+			}
+		}
+		if !onOne {
+			t.Fatalf("no lease keeps generation 1 for the running container: %+v", leases)
+		}
+	})
+
+	t.Run("refusals carry their reasons", func(t *testing.T) {
+		_, _, err := d.start(t, map[string]string{}, nil)
+		expectReason(t, err, vocab.ReasonRuntimeImageRequired)
+		_, _, err = d.start(t, map[string]string{vocab.AnnotationRuntimeImage: "Python:3"}, nil)
+		expectReason(t, err, vocab.ReasonInvalidRuntimeImageID)
+		_, _, err = d.start(t, map[string]string{vocab.AnnotationRuntimeImage: "python-3.13"}, nil)
+		expectReason(t, err, vocab.ReasonRuntimeImageIncompatible)
+		_, _, err = d.start(t, nil, func(c *runtimeapi.ContainerConfig) {
+			c.Linux.SecurityContext.RunAsUser = &runtimeapi.Int64Value{Value: 0}
+		})
+		expectReason(t, err, vocab.ReasonRootNotSupported)
+		_, _, err = d.start(t, nil, func(c *runtimeapi.ContainerConfig) { c.Image.Image = d.n.BusyboxImage })
+		expectReason(t, err, vocab.ReasonUnsupportedArtifact)
+		_, _, err = d.start(t, map[string]string{vocab.AnnotationRuntimeImage: pyID,
+			vocab.AnnotationRotatedToGeneration: `{"id":"` + pyID + `","epoch":"` + d.epoch + `","generation":9}`}, nil)
+		expectReason(t, err, vocab.ReasonRuntimeImageUpdating)
+		hostile := pushHandmade(t, d.n.Registry+"/apps/hostile:1", map[string]string{"etc/passwd": "root::0:0::/:/bin/sh\n"})
+		_, _, err = d.start(t, nil, func(c *runtimeapi.ContainerConfig) { c.Image.Image = hostile })
+		expectReason(t, err, vocab.ReasonLayerPathViolation)
+
+		running, _, err := d.start(t, nil, func(c *runtimeapi.ContainerConfig) {
+			c.Command = []string{"python", "-c", "import time; time.sleep(3600)"}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.authorize(t, false, -time.Second)
+		_, _, err = d.start(t, nil, nil)
+		expectReason(t, err, vocab.ReasonRuntimeImageAuthorizationExpired)
+		d.authorize(t, true, 5*time.Minute)
+		_, _, err = d.start(t, nil, nil)
+		expectReason(t, err, vocab.ReasonRuntimeImageRevoked)
+		if st, err := d.n.Runtime.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: running}); err != nil ||
+			st.Status.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			t.Fatalf("revocation stopped a running container: %v %v", err, st)
+		}
+		if err := d.host.CloseFence(); err != nil {
+			t.Fatal(err)
+		}
+		d.authorize(t, false, 5*time.Minute)
+		_, _, err = d.start(t, nil, nil)
+		expectReason(t, err, vocab.ReasonNodeNotReady)
+		_ = d.host.OpenFence()
+	})
+}
