@@ -9,7 +9,7 @@ GO_TEST_FLAGS ?=
 # Fuzz targets: package:target pairs run for FUZZTIME each in `make fuzz`.
 FUZZTIME ?= 15s
 
-.PHONY: all build tools generate verify-generated lint test test-unit test-e2e fuzz demo runtimes clean
+.PHONY: all build tools generate verify-generated lint test test-unit test-e2e fuzz demo runtimes bench clean
 
 all: build
 
@@ -59,6 +59,11 @@ demo: tools
 runtimes:
 	@test -n "$(REGISTRY)" || { echo "usage: make runtimes REGISTRY=127.0.0.1:5000" >&2; exit 2; }
 	hack/runtimes.sh $(REGISTRY) all
+
+## bench: shim memory and CRI create+start latency, brewlet against stock runc, as ratios
+## (BENCH_PODS=6 by default; results go to docs/benchmarks.md by hand)
+bench: tools
+	go test -tags bench -count=1 -timeout 30m -run 'TestBench' -v ./test/e2e/ | grep -E '^\||^(ok|FAIL|---)'
 
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:
