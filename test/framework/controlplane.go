@@ -119,7 +119,9 @@ func (cp *ControlPlane) startEtcd(t testing.TB, bin string) error {
 }
 
 func (cp *ControlPlane) startAPIServer(t testing.TB, bin string) error {
-	cp.port = FreePort(t)
+	if cp.port == 0 {
+		cp.port = FreePort(t)
+	}
 	k := cp.pki
 	p, err := cp.Start("kube-apiserver", nil, bin,
 		"--etcd-servers="+cp.etcdURL,
@@ -156,6 +158,17 @@ func (cp *ControlPlane) startAPIServer(t testing.TB, bin string) error {
 	}
 	cp.Client, err = client.New(cp.Config, client.Options{Scheme: cp.Scheme})
 	return err
+}
+
+// StopAPIServer stops kube-apiserver (etcd keeps the data), to test disconnected nodes.
+func (cp *ControlPlane) StopAPIServer() { cp.APIServer.Stop(15 * time.Second) }
+
+// StartAPIServer starts kube-apiserver again on the same port after StopAPIServer.
+func (cp *ControlPlane) StartAPIServer(t testing.TB) {
+	t.Helper()
+	if err := cp.startAPIServer(t, Tool(t, "kube-apiserver")); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (cp *ControlPlane) httpClient() (*http.Client, error) {

@@ -1,0 +1,151 @@
+package provisioner
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// controlPlaneLabel marks control-plane nodes, which profiles skip unless they opt in.
+const controlPlaneLabel = "node-role.kubernetes.io/control-plane"
+
+// SelectProfile returns the NodeProfile whose pool contains the node, nil if none does,
+// and PoolConflict if several do: a node never takes two profiles' word for it.
+func SelectProfile(node *corev1.Node, profiles []brewletv1.NodeProfile) (*brewletv1.NodeProfile, error) {
+	var match []*brewletv1.NodeProfile
+	for i := range profiles {
+		p := &profiles[i]
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		v, ok := node.Labels[p.Spec.NodePool.Key]
+		if !ok || !contains(p.Spec.NodePool.Names, v) {
+			continue
+		}
+		if _, cp := node.Labels[controlPlaneLabel]; cp && !p.Spec.NodePool.IncludeControlPlane {
+			continue
+		}
+		match = append(match, p)
+	}
+	switch len(match) {
+	case 0:
+		return nil, nil
+	case 1:
+		return match[0], nil
+	}
+	names := make([]string, len(match))
+	for i, p := range match {
+		names[i] = p.Name
+	}
+	sort.Strings(names)
+	return nil, vocab.Errorf(vocab.ReasonPoolConflict, "node %s is in the pools of NodeProfiles %s; make the pools disjoint", node.Name, strings.Join(names, ", "))
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Target is what the node should do with one runtime ID.
+type Target struct {
+	ID         string
+	Install    string // Eager or OnDemand
+	Epoch      string
+	Generation int64
+	Image      string // registry/repo@digest of the generation
+	UID, GID   int64
+	Revoke     bool // withdraw: labels off, authorization revoked
+	Reason     vocab.Reason
+	Message    string
+}
+
+// Targets decides, per ID the profile offers and per ID the node still holds, whether to
+// install and authorize it or to revoke it. Only what the API server says now counts.
+func Targets(profile *brewletv1.NodeProfile, images map[string]*brewletv1.RuntimeImage, spec brewletv1.NodeRuntimeSpec, held []string) []Target {
+	offered := map[string]string{}
+	if profile != nil {
+		for _, o := range profile.Spec.RuntimeImages {
+			offered[o.ID] = o.Install
+		}
+	}
+	directives := map[string]brewletv1.RuntimeDirective{}
+	for _, d := range spec.Runtimes {
+		directives[d.ID] = d
+	}
+	ids := map[string]bool{}
+	for id := range offered {
+		ids[id] = true
+	}
+	for _, id := range held {
+		ids[id] = true
+	}
+	var out []Target
+	for id := range ids {
+		out = append(out, target(id, offered, images[id], directives[id]))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func target(id string, offered map[string]string, ri *brewletv1.RuntimeImage, d brewletv1.RuntimeDirective) Target {
+	t := Target{ID: id, Install: offered[id]}
+	revoke := func(r vocab.Reason, format string, args ...any) Target {
+		t.Revoke, t.Reason, t.Message = true, r, fmt.Sprintf(format, args...)
+		return t
+	}
+	if _, ok := offered[id]; !ok {
+		return revoke(vocab.ReasonRuntimeImageRevoked, "no NodeProfile offers %s on this node any more", id)
+	}
+	if ri == nil {
+		return revoke(vocab.ReasonUnknownRuntimeImage, "RuntimeImage %s does not exist", id)
+	}
+	if ri.DeletionTimestamp != nil {
+		return revoke(vocab.ReasonRuntimeImageRevoked, "RuntimeImage %s is being deleted", id)
+	}
+	if c := meta.FindStatusCondition(ri.Status.Conditions, string(vocab.ConditionApproved)); c != nil && c.Status == metav1.ConditionFalse {
+		return revoke(vocab.ReasonRuntimeImageRevoked, "RuntimeImage %s is not approved: %s", id, c.Message)
+	}
+	if d.Quarantine {
+		return revoke(vocab.ReasonRuntimeImageRevoked, "the operator quarantined %s on this node: %s", id, d.QuarantineReason)
+	}
+	st := ri.Status
+	if st.Generation < 1 || string(st.Epoch) != string(ri.UID) || st.Digest == "" {
+		return revoke(vocab.ReasonRuntimeImageNotInstalled, "RuntimeImage %s has no generation assigned by brewlet-operator yet", id)
+	}
+	t.Epoch, t.Generation, t.UID, t.GID = string(ri.UID), st.Generation, ri.Spec.User.UID, ri.Spec.User.GID
+	if d.AllowedGeneration > 0 && st.Generation > d.AllowedGeneration {
+		// This node's rollout wave has not reached the new generation: keep serving the
+		// generation it has, install nothing (Image stays empty).
+		t.Generation = d.AllowedGeneration
+		return t
+	}
+	base, _, _ := strings.Cut(ri.Spec.Source.Image, "@")
+	t.Image = base + "@" + st.Digest
+	return t
+}
+
+// Labels are the node's brewlet.sh/* labels for the states of its runtimes.
+func Labels(states map[string]vocab.RuntimeState) map[string]string {
+	out := map[string]string{}
+	for id, s := range states {
+		switch s {
+		case vocab.StateReady:
+			out[vocab.RuntimeLabel(id)] = vocab.LabelValueReady
+			out[vocab.LabelRuntime] = vocab.LabelValueReady
+		case vocab.StateAvailable:
+			out[vocab.RuntimeLabel(id)] = vocab.LabelValueAvailable
+		}
+	}
+	return out
+}

@@ -1,0 +1,115 @@
+package provisioner
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+func profile(name string, names ...string) brewletv1.NodeProfile {
+	return brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: brewletv1.NodeProfileSpec{
+		NodePool: brewletv1.NodePool{Key: "pool", Names: names}, RuntimeImages: []brewletv1.OfferedRuntime{{ID: "py", Install: "Eager"}}}}
+}
+
+func TestSelectProfile(t *testing.T) {
+	node := func(labels map[string]string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: labels}}
+	}
+	cpProfile := profile("cp", "general")
+	cpProfile.Spec.NodePool.IncludeControlPlane = true
+	for _, tc := range []struct {
+		name     string
+		node     *corev1.Node
+		profiles []brewletv1.NodeProfile
+		want     string
+		reason   vocab.Reason
+	}{
+		{"match", node(map[string]string{"pool": "general"}), []brewletv1.NodeProfile{profile("a", "general"), profile("b", "gpu")}, "a", ""},
+		{"no label", node(nil), []brewletv1.NodeProfile{profile("a", "general")}, "", ""},
+		{"other pool", node(map[string]string{"pool": "batch"}), []brewletv1.NodeProfile{profile("a", "general")}, "", ""},
+		{"overlap", node(map[string]string{"pool": "general"}), []brewletv1.NodeProfile{profile("a", "general"), profile("b", "general", "gpu")}, "", vocab.ReasonPoolConflict},
+		{"control plane skipped", node(map[string]string{"pool": "general", controlPlaneLabel: ""}), []brewletv1.NodeProfile{profile("a", "general")}, "", ""},
+		{"control plane opted in", node(map[string]string{"pool": "general", controlPlaneLabel: ""}), []brewletv1.NodeProfile{cpProfile}, "cp", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := SelectProfile(tc.node, tc.profiles)
+			if vocab.ReasonOf(err) != tc.reason {
+				t.Fatalf("err %v, want reason %q", err, tc.reason)
+			}
+			got := ""
+			if p != nil {
+				got = p.Name
+			}
+			if got != tc.want {
+				t.Fatalf("profile %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTargets(t *testing.T) {
+	const dg = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	ri := func(mut func(*brewletv1.RuntimeImage)) map[string]*brewletv1.RuntimeImage {
+		r := &brewletv1.RuntimeImage{ObjectMeta: metav1.ObjectMeta{Name: "py", UID: "u1"},
+			Spec:   brewletv1.RuntimeImageSpec{Source: brewletv1.RuntimeImageSource{Image: "reg/rt/py@" + dg}, User: brewletv1.RuntimeUser{UID: 10, GID: 11}},
+			Status: brewletv1.RuntimeImageStatus{Epoch: "u1", Generation: 3, Digest: dg}}
+		if mut != nil {
+			mut(r)
+		}
+		return map[string]*brewletv1.RuntimeImage{"py": r}
+	}
+	p := profile("a", "general")
+	for _, tc := range []struct {
+		name    string
+		profile *brewletv1.NodeProfile
+		images  map[string]*brewletv1.RuntimeImage
+		spec    brewletv1.NodeRuntimeSpec
+		held    []string
+		revoke  bool
+		reason  vocab.Reason
+		gen     int64
+		image   string
+	}{
+		{"install", &p, ri(nil), brewletv1.NodeRuntimeSpec{}, nil, false, "", 3, "reg/rt/py@" + dg},
+		{"unknown", &p, nil, brewletv1.NodeRuntimeSpec{}, nil, true, vocab.ReasonUnknownRuntimeImage, 0, ""},
+		{"unapproved", &p, ri(func(r *brewletv1.RuntimeImage) {
+			r.Status.Conditions = []metav1.Condition{{Type: "Approved", Status: metav1.ConditionFalse, Message: "CVE"}}
+		}), brewletv1.NodeRuntimeSpec{}, nil, true, vocab.ReasonRuntimeImageRevoked, 0, ""},
+		{"deleting", &p, ri(func(r *brewletv1.RuntimeImage) { now := metav1.Now(); r.DeletionTimestamp = &now }), brewletv1.NodeRuntimeSpec{}, nil, true, vocab.ReasonRuntimeImageRevoked, 0, ""},
+		{"stale epoch in status", &p, ri(func(r *brewletv1.RuntimeImage) { r.Status.Epoch = "old" }), brewletv1.NodeRuntimeSpec{}, nil, true, vocab.ReasonRuntimeImageNotInstalled, 0, ""},
+		{"no longer offered", nil, ri(nil), brewletv1.NodeRuntimeSpec{}, []string{"py"}, true, vocab.ReasonRuntimeImageRevoked, 0, ""},
+		{"quarantined", &p, ri(nil), brewletv1.NodeRuntimeSpec{Runtimes: []brewletv1.RuntimeDirective{{ID: "py", Quarantine: true}}}, nil, true, vocab.ReasonRuntimeImageRevoked, 0, ""},
+		{"wave holds an older generation", &p, ri(nil), brewletv1.NodeRuntimeSpec{Runtimes: []brewletv1.RuntimeDirective{{ID: "py", AllowedGeneration: 2}}}, nil, false, "", 2, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := Targets(tc.profile, tc.images, tc.spec, tc.held)
+			if len(ts) != 1 {
+				t.Fatalf("targets %+v", ts)
+			}
+			got := ts[0]
+			if got.Revoke != tc.revoke || got.Reason != tc.reason || got.Generation != tc.gen || got.Image != tc.image {
+				t.Fatalf("target %+v", got)
+			}
+		})
+	}
+}
+
+func TestLabels(t *testing.T) {
+	got := Labels(map[string]vocab.RuntimeState{"py": vocab.StateReady, "jre": vocab.StateAvailable, "node": vocab.StateFailed})
+	want := map[string]string{"brewlet.sh/runtime": "ready", "brewlet.sh/runtime.py": "ready", "brewlet.sh/runtime.jre": "available"}
+	if len(got) != len(want) {
+		t.Fatalf("labels %v", got)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("labels %v, want %v", got, want)
+		}
+	}
+	if len(Labels(map[string]vocab.RuntimeState{"py": vocab.StateAvailable})) != 1 {
+		t.Fatal("an OnDemand-only node must not claim brewlet.sh/runtime=ready")
+	}
+}

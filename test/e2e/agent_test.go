@@ -1,0 +1,147 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/hoststate"
+	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/framework"
+)
+
+// setGeneration records, as brewlet-operator will, the generation of a RuntimeImage.
+func setGeneration(t *testing.T, c client.Client, ri *brewletv1.RuntimeImage, gen int64) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Get(ctx, client.ObjectKeyFromObject(ri), ri); err != nil {
+		t.Fatal(err)
+	}
+	_, digest, _ := strings.Cut(ri.Spec.Source.Image, "@")
+	ri.Status.Epoch, ri.Status.Generation, ri.Status.Digest = ri.UID, gen, digest
+	meta.SetStatusCondition(&ri.Status.Conditions, metav1.Condition{Type: string(vocab.ConditionApproved),
+		Status: metav1.ConditionTrue, Reason: "Approved", Message: "approved"})
+	if err := c.Status().Update(ctx, ri); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The provisioner's loop, against a real API server and a real node: installs what the
+// node's profile offers, authorizes it, labels its own node and reports NodeRuntime status;
+// follows a rotation; lets authorizations expire while the API server is gone and renews
+// them when it returns; revokes at once when the RuntimeImage is deleted.
+func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
+	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{})
+	n := framework.StartNode(t)
+	ctx, c := context.Background(), cp.Client
+	refs := buildRuntimes(t, n.Registry, "python")
+	nodeName := "node-" + n.ID
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"pool.example/name": "general"}}}))
+	ri := runtimeImage(pyID, refs["python1"])
+	must(c.Create(ctx, ri))
+	setGeneration(t, c, ri, 1)
+	must(c.Create(ctx, &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "general"}, Spec: brewletv1.NodeProfileSpec{
+		NodePool:      brewletv1.NodePool{Key: "pool.example/name", Names: []string{"general"}},
+		RuntimeImages: []brewletv1.OfferedRuntime{{ID: pyID}}}}))
+	host := hoststate.Under(n.HostPrefix)
+	ttl := 4 * time.Second
+	agent := &provisioner.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: ttl, Log: t.Logf,
+		Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
+	must(host.CloseFence()) // as Run does at start
+	must(agent.Reconcile(ctx))
+
+	node := &corev1.Node{}
+	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, node))
+	if node.Labels["brewlet.sh/runtime"] != "ready" || node.Labels["brewlet.sh/runtime."+pyID] != "ready" || node.Labels["pool.example/name"] != "general" {
+		t.Fatalf("node labels %v", node.Labels)
+	}
+	nrt := &brewletv1.NodeRuntime{}
+	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt))
+	if len(nrt.Status.Runtimes) != 1 || nrt.Status.Runtimes[0].State != "Ready" || nrt.Status.Runtimes[0].Generation != 1 ||
+		nrt.Status.NodeUID != node.UID || len(nrt.OwnerReferences) != 1 {
+		t.Fatalf("NodeRuntime %+v", nrt)
+	}
+	rv := nrt.ResourceVersion
+	must(agent.Reconcile(ctx))
+	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt))
+	if nrt.ResourceVersion != rv {
+		t.Fatal("an unchanged pass rewrote NodeRuntime status")
+	}
+
+	// The application runs on the runtime the agent installed and authorized.
+	d := &dataPath{n: n, host: host, epoch: string(ri.UID), cli: buildCLI(t)}
+	src := t.TempDir()
+	writeTree(t, src, map[string]string{"hello/__main__.py": helloPy})
+	out, errOut, code := brewlet(t, d.cli, "push", n.Registry+"/apps/hello:1", "--layer", "app="+src+":/app/src",
+		"--entrypoint", "python", "--arg", "-m", "--arg", "hello", "--env", "PYTHONPATH=/app/src")
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	d.app = lastLine(out)
+	cid, pod, err := d.start(t, nil, nil)
+	if err != nil {
+		t.Fatalf("app on agent-installed runtime: %v", err)
+	}
+	if out := d.output(t, cid, pod); !strings.Contains(out, "GENERATION=1") {
+		t.Fatalf("output: %s", out)
+	}
+
+	t.Run("rotation", func(t *testing.T) {
+		must(c.Get(ctx, client.ObjectKeyFromObject(ri), ri))
+		ri.Spec.Source.Image = refs["python2"]
+		must(c.Update(ctx, ri))
+		setGeneration(t, c, ri, 2)
+		must(agent.Reconcile(ctx))
+		if cur, err := host.Current(pyID); err != nil || cur.Generation != 2 {
+			t.Fatalf("current after rotation: %v %v", cur, err)
+		}
+	})
+
+	t.Run("authorization expires without the API server and renews after", func(t *testing.T) {
+		cp.StopAPIServer()
+		if err := agent.Reconcile(ctx); err == nil {
+			t.Fatal("a pass without the API server succeeded")
+		}
+		time.Sleep(ttl + time.Second)
+		_, _, err := d.start(t, nil, nil)
+		expectReason(t, err, vocab.ReasonRuntimeImageAuthorizationExpired)
+		cp.StartAPIServer(t)
+		agent.Client = cp.Client
+		must(agent.Reconcile(ctx))
+		if _, _, err := d.start(t, nil, nil); err != nil {
+			t.Fatalf("start after renewal: %v", err)
+		}
+	})
+
+	t.Run("deleting the RuntimeImage revokes at once", func(t *testing.T) {
+		must(c.Delete(ctx, ri))
+		must(agent.Reconcile(ctx))
+		_, _, err := d.start(t, nil, nil)
+		expectReason(t, err, vocab.ReasonRuntimeImageRevoked)
+		must(c.Get(ctx, client.ObjectKey{Name: nodeName}, node))
+		for k := range node.Labels {
+			if strings.HasPrefix(k, "brewlet.sh/") {
+				t.Errorf("label %s left after revocation", k)
+			}
+		}
+		must(c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt))
+		if nrt.Status.Runtimes[0].State != "Revoked" {
+			t.Fatalf("NodeRuntime after revocation: %+v", nrt.Status.Runtimes)
+		}
+	})
+}
