@@ -1,0 +1,47 @@
+// Command brewlet-provisioner is Brewlet's node agent: it installs the runtimes a node's
+// NodeProfile offers, keeps their authorizations, registers the brewlet handler with
+// containerd and reports the node's state. It runs as a privileged DaemonSet.
+package main
+
+import (
+	"context"
+	"flag"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"brewlet.sh/brewlet/internal/provisioner"
+)
+
+func main() {
+	o := provisioner.Options{}
+	flag.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (downward API)")
+	flag.StringVar(&o.Namespace, "namespace", envOr("POD_NAMESPACE", "brewlet-system"), "namespace of the node's writer lease")
+	flag.StringVar(&o.Identity, "identity", envOr("POD_NAME", "agent")+"_"+os.Getenv("POD_UID"), "unique identity of this agent process")
+	flag.StringVar(&o.HostPrefix, "host-prefix", "", "relocate /opt/brewlet, /var/lib/brewlet and /run/brewlet under this directory")
+	flag.DurationVar(&o.AuthTTL, "authorization-ttl", 5*time.Minute, "authorization lifetime without a fresh confirmation from the API server")
+	flag.DurationVar(&o.Period, "period", 0, "pause between passes (default: a fifth of the authorization TTL)")
+	flag.StringVar(&o.ContainerdRestart, "containerd-restart", "validated", "validated: register the handler, restart containerd on change, roll back on failure; none: change nothing")
+	flag.StringVar(&o.ContainerdConfig, "containerd-config", "/etc/containerd/config.toml", "containerd's main config")
+	flag.StringVar(&o.ContainerdBinary, "containerd-binary", "containerd", "containerd binary, for 'config dump'")
+	flag.StringVar(&o.ContainerdSocket, "containerd-socket", "/run/containerd/containerd.sock", "containerd's gRPC socket (CRI health check)")
+	flag.StringVar(&o.ContainerdRestartCommand, "containerd-restart-command", "systemctl restart containerd", "command that restarts containerd")
+	flag.StringVar(&o.ShimSource, "shim-source", "/usr/local/bin/containerd-shim-brewlet-v2", "shim binary shipped with the agent")
+	flag.StringVar(&o.ShimDir, "shim-dir", "", "host directory on containerd's PATH to install the shim into (empty: do not install)")
+	flag.BoolVar(&o.InsecureRegistries, "insecure-registries", false, "allow plain HTTP to non-loopback registries")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := provisioner.Main(ctx, o); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func envOr(k, d string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return d
+}

@@ -1,0 +1,109 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os/exec"
+	"runtime"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/hoststate"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// Options configure the node agent (the brewlet-provisioner command's flags).
+type Options struct {
+	NodeName, Namespace, Identity, HostPrefix  string
+	AuthTTL, Period                            time.Duration
+	ContainerdRestart                          string // validated | none
+	ContainerdConfig, ContainerdBinary         string
+	ContainerdSocket, ContainerdRestartCommand string
+	ShimSource, ShimDir                        string
+	InsecureRegistries                         bool
+}
+
+// Scheme has the types the agent reads and writes.
+func Scheme() *k8sruntime.Scheme {
+	s := k8sruntime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = brewletv1.AddToScheme(s)
+	return s
+}
+
+// Main runs the agent until ctx ends: it waits for the node's writer lease, installs the
+// shim, registers the handler with containerd (mode validated), then reconciles.
+func Main(ctx context.Context, o Options) error {
+	if o.NodeName == "" {
+		return errors.New("--node-name (or NODE_NAME) is required")
+	}
+	if o.ContainerdRestart != string(vocab.ContainerdRestartValidated) && o.ContainerdRestart != string(vocab.ContainerdRestartNone) {
+		return fmt.Errorf("--containerd-restart must be validated or none, not %q", o.ContainerdRestart)
+	}
+	cfg, err := config.GetConfig()
+	if err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	layout := hoststate.DefaultLayout
+	if o.HostPrefix != "" {
+		layout = hoststate.Under(o.HostPrefix)
+	}
+	agent := &Agent{Client: c, NodeName: o.NodeName, Layout: layout, AuthTTL: o.AuthTTL, Period: o.Period,
+		Installer: &Installer{Layout: layout, Insecure: o.InsecureRegistries,
+			Platform: v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}},
+		Log: log.Printf}
+	return WriterLease{Client: cs, Namespace: o.Namespace, NodeName: o.NodeName, Identity: o.Identity}.
+		Run(ctx, func(ctx context.Context, isWriter func() bool) {
+			agent.IsWriter = isWriter
+			o.prepareHost(ctx)
+			if err := agent.Run(ctx); err != nil {
+				log.Printf("agent: %v", err)
+			}
+		})
+}
+
+// prepareHost installs the shim and registers the handler. A failure is logged and leaves
+// containerd as it was (rolled back); the agent keeps running and retries on restart.
+func (o Options) prepareHost(ctx context.Context) {
+	if o.ShimDir != "" {
+		if changed, err := InstallShim(o.ShimSource, o.ShimDir); err != nil {
+			log.Printf("install shim: %v", err)
+		} else if changed {
+			log.Printf("installed %s into %s", o.ShimSource, o.ShimDir)
+		}
+	}
+	if o.ContainerdRestart != string(vocab.ContainerdRestartValidated) {
+		return
+	}
+	cd := &Containerd{ConfigPath: o.ContainerdConfig, Binary: o.ContainerdBinary,
+		Restart: func(ctx context.Context) error {
+			out, err := exec.CommandContext(ctx, "sh", "-c", o.ContainerdRestartCommand).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("%s: %v: %s", o.ContainerdRestartCommand, err, out)
+			}
+			return nil
+		},
+		Health: HandlerHealth(o.ContainerdSocket)}
+	if ch, err := cd.Ensure(ctx); err != nil {
+		log.Printf("containerd handler: %v", err)
+	} else if ch.Restarted {
+		log.Printf("registered the brewlet handler in %s and restarted containerd", ch.File)
+	}
+}
