@@ -30,6 +30,8 @@ func main() {
 	flag.StringVar(&o.ContainerdRestartCommand, "containerd-restart-command", "systemctl restart containerd", "command that restarts containerd")
 	flag.StringVar(&o.ShimSource, "shim-source", "/usr/local/bin/containerd-shim-brewlet-v2", "shim binary shipped with the agent")
 	flag.StringVar(&o.ShimDir, "shim-dir", "", "host directory on containerd's PATH to install the shim into (empty: do not install)")
+	flag.DurationVar(&o.GCGrace, "gc-grace", time.Hour, "keep unused generations and layers this long (provisioner.gc.grace)")
+	flag.StringVar(&o.MountInfo, "mountinfo", "/proc/1/mountinfo", "the host's mount table (needs hostPID), consulted before removing layers")
 	flag.BoolVar(&o.InsecureRegistries, "insecure-registries", false, "allow plain HTTP to non-loopback registries")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

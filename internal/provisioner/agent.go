@@ -35,7 +35,9 @@ type Agent struct {
 	Period time.Duration
 	// IsWriter reports whether this agent holds the node's writer lease (nil: always).
 	IsWriter func() bool
-	Log      func(format string, args ...any)
+	// Collector, when set, removes unused generations and layers after each pass.
+	Collector *Collector
+	Log       func(format string, args ...any)
 
 	fenceOpen bool
 	states    map[string]brewletv1.NodeRuntimeEntry
@@ -118,7 +120,18 @@ func (a *Agent) Reconcile(ctx context.Context) error {
 	if err := a.publishLabels(ctx, node); err != nil {
 		return err
 	}
-	return a.publishStatus(ctx, node, nrt)
+	if err := a.publishStatus(ctx, node, nrt); err != nil {
+		return err
+	}
+	if a.Collector != nil {
+		got, err := a.Collector.Collect()
+		if err != nil {
+			a.logf("garbage collection: %v", err)
+		} else if len(got.Generations)+len(got.Layers) > 0 {
+			a.logf("garbage collection removed generations %v and %d layers", got.Generations, len(got.Layers))
+		}
+	}
+	return nil
 }
 
 // apply installs and authorizes one target, or revokes it, and returns its state.

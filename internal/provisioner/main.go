@@ -30,6 +30,8 @@ type Options struct {
 	ContainerdSocket, ContainerdRestartCommand string
 	ShimSource, ShimDir                        string
 	InsecureRegistries                         bool
+	GCGrace                                    time.Duration // provisioner.gc.grace
+	MountInfo                                  string        // the host's mount table
 }
 
 // Scheme has the types the agent reads and writes.
@@ -68,7 +70,8 @@ func Main(ctx context.Context, o Options) error {
 	agent := &Agent{Client: c, NodeName: o.NodeName, Layout: layout, AuthTTL: o.AuthTTL, Period: o.Period,
 		Installer: &Installer{Layout: layout, Insecure: o.InsecureRegistries,
 			Platform: v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}},
-		Log: log.Printf}
+		Collector: &Collector{Layout: layout, Grace: o.GCGrace, MountInfo: o.MountInfo},
+		Log:       log.Printf}
 	return WriterLease{Client: cs, Namespace: o.Namespace, NodeName: o.NodeName, Identity: o.Identity}.
 		Run(ctx, func(ctx context.Context, isWriter func() bool) {
 			agent.IsWriter = isWriter

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -61,6 +62,10 @@ func TestInstallGenerations(t *testing.T) {
 	if r1.Generation.Home != "/home/app" || !r1.Generation.HasPath || !strings.Contains(r1.Generation.Path, "/usr/bin") {
 		t.Fatalf("generation metadata: %+v", r1.Generation)
 	}
+	// A container keeps using generation 1 through the rotation.
+	if _, err := l.LeaseCurrent(hoststate.Lease{ContainerID: "c-on-gen1", ID: "python-3.11"}); err != nil {
+		t.Fatal(err)
+	}
 	r2, err := in.Install(ctx, req(2, refs["python2"]))
 	if err != nil {
 		t.Fatalf("install generation 2: %v", err)
@@ -87,6 +92,38 @@ func TestInstallGenerations(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(top, "etc/brewlet-runtime-release")); err != nil || !strings.Contains(string(b), "=2") {
 		t.Fatalf("top layer content: %v %q", err, b)
 	}
+
+	t.Run("garbage collection keeps what is leased, current or within grace", func(t *testing.T) {
+		gc := &provisioner.Collector{Layout: l, Grace: time.Hour, MountInfo: "/proc/self/mountinfo"}
+		if got, err := gc.Collect(); err != nil || len(got.Generations)+len(got.Layers) != 0 {
+			t.Fatalf("within grace: removed %+v (%v)", got, err)
+		}
+		gc.Grace = 0
+		if got, err := gc.Collect(); err != nil || len(got.Generations)+len(got.Layers) != 0 {
+			t.Fatalf("leased generation 1: removed %+v (%v)", got, err)
+		}
+		bad := filepath.Join(l.State, "leases", "garbled.json")
+		if err := os.WriteFile(bad, []byte("{"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := gc.Collect(); err == nil || len(got.Generations)+len(got.Layers) != 0 {
+			t.Fatalf("an unreadable lease must keep everything: %+v %v", got, err)
+		}
+		_ = os.Remove(bad)
+		if err := l.ReleaseLease("c-on-gen1"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := gc.Collect()
+		if err != nil || len(got.Generations) != 1 || len(got.Layers) != 1 || got.Layers[0] != strings.TrimPrefix(r1.Generation.Layers[1], "sha256:") {
+			t.Fatalf("after release: removed %+v (%v); want generation 1 and its own top layer", got, err)
+		}
+		if _, err := os.Stat(l.LayerDir(strings.TrimPrefix(r1.Generation.Layers[0], "sha256:"))); err != nil {
+			t.Fatalf("shared base layer removed: %v", err)
+		}
+		if cur, err := l.Current("python-3.11"); err != nil || cur.Generation != 2 {
+			t.Fatalf("current after GC: %v %v", cur, err)
+		}
+	})
 
 	t.Run("refused generation never becomes current", func(t *testing.T) {
 		bad := pushRuntime(t, reg.Addr+"/runtimes/bad:1", []framework.TarEntry{

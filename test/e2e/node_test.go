@@ -12,12 +12,28 @@ import (
 	"brewlet.sh/brewlet/test/framework"
 )
 
-// A pod and a busybox container run through CRI on the test node, and exec works, with
-// the stock runc handler and with the brewlet handler's shim built from this repository.
+// A pod and a busybox container run through CRI on the test node with the stock runc
+// handler, and exec works; the brewlet handler's shim (built from this repository) runs pod
+// sandboxes and refuses a plain image with a typed reason.
 func TestNodeRunsPodsThroughCRI(t *testing.T) {
 	n := framework.StartNode(t)
 	ctx := context.Background()
-	for _, handler := range []string{"runc", "brewlet"} {
+	t.Run("brewlet", func(t *testing.T) {
+		pod := n.PodConfig("bb-brewlet", nil)
+		podID, err := n.RunPod(ctx, pod, "brewlet")
+		if err != nil {
+			t.Fatalf("RunPodSandbox with handler brewlet: %v", err)
+		}
+		out, err := n.Crictl(t, "inspectp", podID)
+		if err != nil || !strings.Contains(out, `"runtimeHandler": "brewlet"`) {
+			t.Fatalf("pod does not run under handler brewlet: %v\n%s", err, out)
+		}
+		_, err = n.CreateStart(ctx, podID, pod, framework.ContainerConfig("bb", n.BusyboxImage, "sleep", "60"))
+		if err == nil || !strings.Contains(err.Error(), "RuntimeImageRequired: ") {
+			t.Fatalf("plain container under brewlet: %v", err)
+		}
+	})
+	for _, handler := range []string{"runc"} {
 		t.Run(handler, func(t *testing.T) {
 			pod := n.PodConfig("bb-"+handler, nil)
 			podID, err := n.RunPod(ctx, pod, handler)
@@ -67,8 +83,11 @@ func TestNodeRunsPodsThroughCRI(t *testing.T) {
 func TestNodeCleanupLeavesNothing(t *testing.T) {
 	n := framework.StartNode(t)
 	ctx := context.Background()
+	if _, err := n.RunPod(ctx, n.PodConfig("brewlet-sandbox", nil), "brewlet"); err != nil {
+		t.Fatal(err)
+	}
 	pod := n.PodConfig("leftover", nil)
-	podID, err := n.RunPod(ctx, pod, "brewlet")
+	podID, err := n.RunPod(ctx, pod, "runc")
 	if err != nil {
 		t.Fatal(err)
 	}

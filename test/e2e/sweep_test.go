@@ -86,8 +86,11 @@ func TestHelperNodeThenHang(t *testing.T) {
 	}
 	n := framework.StartNode(t)
 	ctx := context.Background()
+	if _, err := n.RunPod(ctx, n.PodConfig("orphan-sandbox", nil), "brewlet"); err != nil {
+		t.Fatal(err)
+	}
 	pod := n.PodConfig("orphan", nil)
-	podID, err := n.RunPod(ctx, pod, "brewlet")
+	podID, err := n.RunPod(ctx, pod, "runc")
 	if err != nil {
 		t.Fatal(err)
 	}
