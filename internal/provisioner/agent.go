@@ -148,18 +148,30 @@ func (a *Agent) apply(ctx context.Context, t Target, confirmed time.Time) brewle
 		e.State = string(vocab.StateInstalling)
 		return e
 	}
-	cur, err := a.Layout.Current(t.ID)
-	have := err == nil && cur.Epoch == t.Epoch && cur.Generation >= t.Generation
+	cur, cerr := a.Layout.Current(t.ID)
+	have := cerr == nil && cur.Epoch == t.Epoch && cur.Generation >= t.Generation
+	var failed *brewletv1.NodeRuntimeEntry
 	if !have && t.Image != "" && t.Install != string(vocab.InstallOnDemand) {
 		a.logf("installing %s generation %d from %s", t.ID, t.Generation, t.Image)
 		res, err := a.Installer.Install(ctx, Request{ID: t.ID, Epoch: t.Epoch, Generation: t.Generation, Image: t.Image, UID: t.UID, GID: t.GID})
 		if err != nil {
-			e.State, e.Reason, e.Message = string(vocab.StateFailed), string(reasonOr(err, vocab.ReasonRuntimeImagePullFailed)), err.Error()
-			a.withdrawIfOtherEpoch(t)
-			return e
+			a.logf("install %s generation %d: %v", t.ID, t.Generation, err)
+			reason := string(reasonOr(err, vocab.ReasonRuntimeImagePullFailed))
+			if cerr != nil || cur.Epoch != t.Epoch {
+				e.State, e.Reason, e.Message = string(vocab.StateFailed), reason, err.Error()
+				a.withdrawIfOtherEpoch(t)
+				return e
+			}
+			// The refused generation never becomes current; the one in use stays served.
+			failed = &brewletv1.NodeRuntimeEntry{Reason: reason,
+				Message: fmt.Sprintf("generation %d refused, generation %d stays in use: %v", t.Generation, cur.Generation, err)}
+		} else {
+			a.logf("installed %s generation %d: %d layers fetched, %d reused", t.ID, t.Generation, res.LayersFetched, res.LayersReused)
+			cur, have = hoststate.Ref{Epoch: t.Epoch, Generation: t.Generation}, true
 		}
-		a.logf("installed %s generation %d: %d layers fetched, %d reused", t.ID, t.Generation, res.LayersFetched, res.LayersReused)
-		cur, have = hoststate.Ref{Epoch: t.Epoch, Generation: t.Generation}, true
+	}
+	if failed != nil {
+		have = true
 	}
 	if !have || cur.Epoch != t.Epoch {
 		if t.Install == string(vocab.InstallOnDemand) {
@@ -183,6 +195,9 @@ func (a *Agent) apply(ctx context.Context, t Target, confirmed time.Time) brewle
 	}
 	until := metav1.NewTime(auth.ExpiresAt.Truncate(time.Second))
 	e.State, e.Generation, e.Digest, e.AuthorizedUntil = string(vocab.StateReady), cur.Generation, g.Digest, &until
+	if failed != nil {
+		e.Reason, e.Message = failed.Reason, failed.Message
+	}
 	return e
 }
 

@@ -128,6 +128,25 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 		}
 	})
 
+	t.Run("a refused generation is reported and the current one stays in use", func(t *testing.T) {
+		bad := pushRuntime(t, n.Registry+"/runtimes/python:bad", []framework.TarEntry{
+			{Name: "usr/", Mode: 0o755, Typeflag: '5'}, {Name: "usr/bin/", Mode: 0o755, Typeflag: '5'},
+			{Name: "usr/bin/su", Mode: 0o4755, Body: []byte("ELF")}}, nil)
+		must(c.Get(ctx, client.ObjectKeyFromObject(ri), ri))
+		ri.Spec.Source.Image = bad
+		must(c.Update(ctx, ri))
+		setGeneration(t, c, ri, 3)
+		must(agent.Reconcile(ctx))
+		must(c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt))
+		e := nrt.Status.Runtimes[0]
+		if e.State != "Ready" || e.Generation != 2 || e.Reason != string(vocab.ReasonPrivilegedRuntimeFile) || !strings.Contains(e.Message, "generation 3 refused") {
+			t.Fatalf("NodeRuntime entry after a refused rotation: %+v", e)
+		}
+		if _, _, err := d.start(t, nil, nil); err != nil {
+			t.Fatalf("generation 2 no longer serves: %v", err)
+		}
+	})
+
 	t.Run("deleting the RuntimeImage revokes at once", func(t *testing.T) {
 		must(c.Delete(ctx, ri))
 		must(agent.Reconcile(ctx))
@@ -142,6 +161,37 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 		must(c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt))
 		if nrt.Status.Runtimes[0].State != "Revoked" {
 			t.Fatalf("NodeRuntime after revocation: %+v", nrt.Status.Runtimes)
+		}
+	})
+
+	t.Run("a recreated RuntimeImage starts a new epoch and adopts nothing", func(t *testing.T) {
+		old := ri.UID
+		// Wait until the API server has really removed the old object.
+		deadline := time.Now().Add(30 * time.Second)
+		for c.Get(ctx, client.ObjectKeyFromObject(ri), &brewletv1.RuntimeImage{}) == nil && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+		}
+		ri = runtimeImage(pyID, refs["python1"])
+		must(c.Create(ctx, ri))
+		if ri.UID == old {
+			t.Fatal("recreated RuntimeImage kept its UID")
+		}
+		setGeneration(t, c, ri, 1)
+		must(agent.Reconcile(ctx))
+		cur, err := host.Current(pyID)
+		if err != nil || cur.Epoch != string(ri.UID) || cur.Generation != 1 {
+			t.Fatalf("current after recreation: %v %v (new epoch %s)", cur, err, ri.UID)
+		}
+		auth, err := host.ReadAuthorization(pyID)
+		if err != nil || auth.Epoch != string(ri.UID) || auth.Revoked {
+			t.Fatalf("authorization after recreation: %+v %v", auth, err)
+		}
+		cid, pod, err := d.start(t, nil, nil)
+		if err != nil {
+			t.Fatalf("start on the new epoch: %v", err)
+		}
+		if out := d.output(t, cid, pod); !strings.Contains(out, "GENERATION=1") {
+			t.Fatalf("output: %s", out)
 		}
 	})
 }
