@@ -32,6 +32,7 @@ func main() {
 	flag.StringVar(&o.ShimDir, "shim-dir", "", "host directory on containerd's PATH to install the shim into (empty: do not install)")
 	flag.DurationVar(&o.GCGrace, "gc-grace", time.Hour, "keep unused generations and layers this long (provisioner.gc.grace)")
 	flag.StringVar(&o.MountInfo, "mountinfo", "/proc/1/mountinfo", "the host's mount table (needs hostPID), consulted before removing layers")
+	flag.StringVar(&o.MetricsAddress, "metrics-address", "", "serve Prometheus /metrics here, e.g. :9464 (empty: off; metrics.enabled in the chart)")
 	flag.BoolVar(&o.InsecureRegistries, "insecure-registries", false, "allow plain HTTP to non-loopback registries")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

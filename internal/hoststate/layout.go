@@ -102,3 +102,7 @@ func checkEpoch(e string) error {
 func isAlnum(c rune) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
+
+// LaunchesDir holds the shim's launch counters: one file per outcome and reason, grown by
+// one byte per launch (an O_APPEND write of one byte is atomic), read by the agent's metrics.
+func (l Layout) LaunchesDir() string { return filepath.Join(l.State, "launches") }

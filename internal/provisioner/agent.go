@@ -37,7 +37,9 @@ type Agent struct {
 	IsWriter func() bool
 	// Collector, when set, removes unused generations and layers after each pass.
 	Collector *Collector
-	Log       func(format string, args ...any)
+	// Metrics, when set, counts installs.
+	Metrics *Metrics
+	Log     func(format string, args ...any)
 
 	fenceOpen bool
 	states    map[string]brewletv1.NodeRuntimeEntry
@@ -153,7 +155,9 @@ func (a *Agent) apply(ctx context.Context, t Target, confirmed time.Time) brewle
 	var failed *brewletv1.NodeRuntimeEntry
 	if !have && t.Image != "" && t.Install != string(vocab.InstallOnDemand) {
 		a.logf("installing %s generation %d from %s", t.ID, t.Generation, t.Image)
+		start := time.Now()
 		res, err := a.Installer.Install(ctx, Request{ID: t.ID, Epoch: t.Epoch, Generation: t.Generation, Image: t.Image, UID: t.UID, GID: t.GID})
+		a.Metrics.ObserveInstall(t.ID, installOutcome(err), time.Since(start))
 		if err != nil {
 			a.logf("install %s generation %d: %v", t.ID, t.Generation, err)
 			reason := string(reasonOr(err, vocab.ReasonRuntimeImagePullFailed))
@@ -207,6 +211,20 @@ func (a *Agent) withdrawIfOtherEpoch(t Target) {
 	if old, err := a.Layout.ReadAuthorization(t.ID); err == nil && old.Epoch != t.Epoch && !old.Revoked {
 		_ = a.Layout.WriteAuthorization(hoststate.Authorization{ID: t.ID, Revoked: true, Node: a.NodeName,
 			Reason: "the RuntimeImage was recreated (new epoch) and its first generation is not installed yet"})
+	}
+}
+
+func installOutcome(err error) string {
+	switch vocab.ReasonOf(err) {
+	case "":
+		if err == nil {
+			return "success"
+		}
+		return "failed"
+	case vocab.ReasonRuntimeImagePullFailed:
+		return "failed"
+	default:
+		return "refused"
 	}
 }
 

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net/http"
 	"os/exec"
 	"runtime"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -32,6 +35,7 @@ type Options struct {
 	InsecureRegistries                         bool
 	GCGrace                                    time.Duration // provisioner.gc.grace
 	MountInfo                                  string        // the host's mount table
+	MetricsAddress                             string        // "" disables /metrics
 }
 
 // Scheme has the types the agent reads and writes.
@@ -72,6 +76,17 @@ func Main(ctx context.Context, o Options) error {
 			Platform: v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}},
 		Collector: &Collector{Layout: layout, Grace: o.GCGrace, MountInfo: o.MountInfo},
 		Log:       log.Printf}
+	if o.MetricsAddress != "" {
+		reg := prometheus.NewRegistry()
+		agent.Metrics = NewMetrics(layout, reg)
+		srv := &http.Server{Addr: o.MetricsAddress, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Printf("metrics: %v", err)
+			}
+		}()
+		defer func() { _ = srv.Close() }()
+	}
 	return WriterLease{Client: cs, Namespace: o.Namespace, NodeName: o.NodeName, Identity: o.Identity}.
 		Run(ctx, func(ctx context.Context, isWriter func() bool) {
 			agent.IsWriter = isWriter

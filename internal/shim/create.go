@@ -36,6 +36,13 @@ func refusal(err error) error {
 	return errgrpc.ToGRPCf(errdefs.ErrInternal, "brewlet shim: %v", err)
 }
 
+func reasonOrInternal(err error) vocab.Reason {
+	if r := vocab.ReasonOf(err); r != "" {
+		return r
+	}
+	return "Internal"
+}
+
 func readSpec(bundle string) (*specs.Spec, error) {
 	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
 	if err != nil {
@@ -75,13 +82,17 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	}
 	if err := s.prepare(l, r, spec, &leased); err != nil {
 		release()
+		l.CountLaunch("refused", string(reasonOrInternal(err)))
 		return nil, refusal(err)
 	}
 	resp, err := s.TTRPCTaskService.Create(ctx, r)
 	if err != nil {
 		release()
+		l.CountLaunch("failed", "RuncCreateFailed")
+		return resp, err
 	}
-	return resp, err
+	l.CountLaunch("started", "")
+	return resp, nil
 }
 
 // prepare runs every check, takes the lease, composes the root filesystem and rewrites

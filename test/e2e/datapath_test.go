@@ -259,5 +259,21 @@ func TestDataPathRunsAppOnRuntime(t *testing.T) {
 		_, _, err = d.start(t, nil, nil)
 		expectReason(t, err, vocab.ReasonNodeNotReady)
 		_ = d.host.OpenFence()
+
+		// Every outcome was counted by the shim for the agent's metrics.
+		counts := map[string]int64{}
+		ls, err := d.host.Launches()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range ls {
+			counts[l.Outcome+"/"+l.Reason] = l.Count
+		}
+		for _, k := range []string{"started/none", "refused/RuntimeImageRequired", "refused/RootNotSupported",
+			"refused/RuntimeImageRevoked", "refused/LayerPathViolation", "refused/NodeNotReady"} {
+			if counts[k] < 1 {
+				t.Errorf("launch counter %s = %d; counters %v", k, counts[k], counts)
+			}
+		}
 	})
 }
