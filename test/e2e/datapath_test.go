@@ -181,6 +181,41 @@ func TestDataPathRunsAppOnRuntime(t *testing.T) {
 		}
 	})
 
+	t.Run("exec state and lease survive a containerd restart; delete releases the lease", func(t *testing.T) {
+		ctx := context.Background()
+		cid, _, err := d.start(t, nil, func(c *runtimeapi.ContainerConfig) {
+			c.Command = []string{"python", "-c", "import time; time.sleep(3600)"}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.n.RestartContainerd(ctx); err != nil {
+			t.Fatal(err)
+		}
+		out, _, code, err := d.n.ExecSync(ctx, cid, "python", "-c", "import os; print(os.getuid(), os.environ['PATH'])")
+		if err != nil || code != 0 || !strings.Contains(out, "10001 /usr/local/bin:/usr/bin:/bin") {
+			t.Fatalf("exec after containerd restart: %v %d %q", err, code, out)
+		}
+		if _, err := d.n.Runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: cid, Timeout: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.n.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: cid}); err != nil {
+			t.Fatal(err)
+		}
+		leases, err := d.host.Leases()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range leases {
+			if l.ContainerID == cid {
+				t.Fatalf("lease of a deleted container kept: %+v", l)
+			}
+		}
+		if _, err := os.Stat(d.host.ContainerDir(cid)); !os.IsNotExist(err) {
+			t.Fatalf("exec state of a deleted container kept: %v", err)
+		}
+	})
+
 	t.Run("rotation: new containers on generation 2, running ones keep 1", func(t *testing.T) {
 		old, _, err := d.start(t, nil, func(c *runtimeapi.ContainerConfig) {
 			c.Command = []string{"python", "-c", "import time; time.sleep(3600)"}
