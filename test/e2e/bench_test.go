@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -151,4 +152,40 @@ func shimPSS(t *testing.T, nodeDir, handler string) []int {
 		t.Fatalf("no %s processes found", bin)
 	}
 	return out
+}
+
+// TestBenchInstall compares installing a runtime generation (pull by digest, verify,
+// extract into the layer cache, validate) with containerd's own `ctr image pull` (pull and
+// unpack into the overlayfs snapshotter) of the same image from the same loopback
+// registry, cold and for a rotation that changes one small layer.
+func TestBenchInstall(t *testing.T) {
+	n := framework.StartNode(t)
+	refs := buildRuntimes(t, n.Registry, "python")
+	host := hoststate.Under(n.HostPrefix)
+	in := &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
+	ctr := framework.Tool(t, "ctr")
+	pull := func(ref string) time.Duration {
+		t0 := time.Now()
+		cmd := exec.Command(ctr, "-a", n.Socket, "-n", "bench", "images", "pull", "--plain-http", ref)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("ctr pull: %v\n%s", err, out)
+		}
+		return time.Since(t0)
+	}
+	install := func(gen int64) time.Duration {
+		t0 := time.Now()
+		if _, err := in.Install(context.Background(), provisioner.Request{ID: "py", Epoch: "3e1f2d4c-5b6a-4978-8c0d-1e2f3a4b5c6d",
+			Generation: gen, Image: refs[fmt.Sprintf("python%d", gen)], UID: 10001, GID: 10001}); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	ctrCold, ctrDelta := pull(refs["python1"]), pull(refs["python2"])
+	brCold, brDelta := install(1), install(2)
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n| metric (CPython runtime, 2 layers) | ctr image pull + unpack | brewlet install | ratio | target |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| cold install | %s | %s | %.2f× | ≤ 1.0× |\n", ctrCold.Round(time.Millisecond), brCold.Round(time.Millisecond), float64(brCold)/float64(ctrCold))
+	fmt.Fprintf(&b, "| rotation, one small layer changed | %s | %s | %.2f× | ∝ changed bytes |\n", ctrDelta.Round(time.Millisecond), brDelta.Round(time.Millisecond), float64(brDelta)/float64(ctrDelta))
+	t.Log(b.String())
+	fmt.Print(b.String())
 }
