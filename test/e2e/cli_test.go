@@ -206,10 +206,13 @@ func pushHandmade(t *testing.T, ref string, files map[string]string) string {
 	for p, body := range files {
 		entries = append(entries, framework.TarEntry{Name: p, Mode: 0o644, Body: []byte(body)})
 	}
-	appTar, err := framework.LayerTar(entries)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return pushHandmadeEntries(t, ref, entries)
+}
+
+// pushHandmadeEntries is pushHandmade with full control over the app layers' entries
+// (one layer per argument, lowest first).
+func pushHandmadeEntries(t *testing.T, ref string, layers ...[]framework.TarEntry) string {
+	t.Helper()
 	l := &artifact.Launch{SchemaVersion: 2, Process: artifact.Process{Entrypoint: []string{"sh"}, WorkingDir: "/app"}}
 	launchTar, err := artifact.LaunchLayerTar(l)
 	if err != nil {
@@ -219,10 +222,19 @@ func pushHandmade(t *testing.T, ref string, files map[string]string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, rl := range []struct {
+	type roleTar struct {
 		role string
 		b    []byte
-	}{{"app", appTar}, {"launch", launchTar}} {
+	}
+	var all []roleTar
+	for _, entries := range layers {
+		b, err := framework.LayerTar(entries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, roleTar{"app", b})
+	}
+	for _, rl := range append(all, roleTar{"launch", launchTar}) {
 		layer, err := artifact.OCILayer(rl.b)
 		if err != nil {
 			t.Fatal(err)

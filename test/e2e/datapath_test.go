@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"archive/tar"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -267,9 +269,33 @@ func TestDataPathRunsAppOnRuntime(t *testing.T) {
 		_, _, err = d.start(t, map[string]string{vocab.AnnotationRuntimeImage: pyID,
 			vocab.AnnotationRotatedToGeneration: `{"id":"` + pyID + `","epoch":"` + d.epoch + `","generation":9}`}, nil)
 		expectReason(t, err, vocab.ReasonRuntimeImageUpdating)
-		hostile := pushHandmade(t, d.n.Registry+"/apps/hostile:1", map[string]string{"etc/passwd": "root::0:0::/:/bin/sh\n"})
-		_, _, err = d.start(t, nil, func(c *runtimeapi.ContainerConfig) { c.Image.Image = hostile })
-		expectReason(t, err, vocab.ReasonLayerPathViolation)
+		// The hostile layers that survive containerd's unpacking are refused from the
+		// snapshot before anything is mounted.
+		dir := func(name string, mode int64) framework.TarEntry {
+			return framework.TarEntry{Name: name, Mode: mode, Typeflag: tar.TypeDir}
+		}
+		app := dir("app/", 0o755)
+		for i, entries := range [][]framework.TarEntry{
+			{{Name: "etc/passwd", Mode: 0o644, Body: []byte("root::0:0::/:/bin/sh\n")}},
+			{app, {Name: "app/passwd", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"}},
+			{app, {Name: "app/up", Typeflag: tar.TypeSymlink, Linkname: "../etc"}},
+			{app, {Name: "app/su", Mode: 0o4755, Body: []byte("x")}},
+			{app, {Name: "app/mem", Mode: 0o644, Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 1}},
+			{app, {Name: "app/pipe", Mode: 0o644, Typeflag: tar.TypeFifo}},
+			{app, {Name: "app/secret", Mode: 0o600, Body: []byte("x")}},
+			{app, dir("app/private/", 0o700)},
+			// containerd drops whiteouts of an image's base layer (nothing below to hide), so
+			// this one sits on a second layer, where it would hide the runtime's /usr.
+			{{Name: ".wh.usr", Mode: 0o644}},
+		} {
+			layers := [][]framework.TarEntry{entries}
+			if entries[0].Name == ".wh.usr" {
+				layers = [][]framework.TarEntry{{app, {Name: "app/x", Mode: 0o644, Body: []byte("x")}}, entries}
+			}
+			hostile := pushHandmadeEntries(t, fmt.Sprintf("%s/apps/hostile:%d", d.n.Registry, i), layers...)
+			_, _, err = d.start(t, nil, func(c *runtimeapi.ContainerConfig) { c.Image.Image = hostile })
+			expectReason(t, err, vocab.ReasonLayerPathViolation)
+		}
 
 		running, _, err := d.start(t, nil, func(c *runtimeapi.ContainerConfig) {
 			c.Command = []string{"python", "-c", "import time; time.sleep(3600)"}

@@ -26,6 +26,8 @@ type TarEntry struct {
 	Body     []byte
 	Linkname string // symlink target when Typeflag is tar.TypeSymlink
 	Typeflag byte   // 0 means a regular file
+	Devmajor int64  // device numbers for tar.TypeChar and tar.TypeBlock
+	Devminor int64
 }
 
 // LayerTar builds an uncompressed layer with fixed ownership and timestamps.
@@ -34,7 +36,7 @@ func LayerTar(entries []TarEntry) ([]byte, error) {
 	tw := tar.NewWriter(&buf)
 	for _, e := range entries {
 		h := &tar.Header{Name: e.Name, Mode: e.Mode, Typeflag: e.Typeflag, Linkname: e.Linkname,
-			ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+			Devmajor: e.Devmajor, Devminor: e.Devminor, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
 		if h.Typeflag == 0 {
 			h.Typeflag = tar.TypeReg
 		}
