@@ -94,6 +94,12 @@ func (c *Collector) Collect() (Collected, error) {
 // returns the layers the remaining ones use.
 func (c *Collector) collectID(id string, leased map[string]bool, mounts string, now time.Time) (removed, keptLayers []string, err error) {
 	cur, cerr := c.Layout.Current(id)
+	// A revoked ID (no longer offered, RuntimeImage deleted or unapproved) is removed from the
+	// node once unused, its current generation included; the revoked authorization stays as
+	// the fail-closed marker the shim reads.
+	if auth, aerr := c.Layout.ReadAuthorization(id); aerr == nil && auth.Revoked && c.old(c.Layout.AuthorizationFile(id), now) {
+		cerr = errors.New("revoked")
+	}
 	epochs, err := os.ReadDir(c.Layout.RuntimeDir(id))
 	if err != nil {
 		return nil, nil, err
@@ -127,6 +133,9 @@ func (c *Collector) collectID(id string, leased map[string]bool, mounts string, 
 			_ = os.Chmod(dir, 0o755) // generation directories are read-only
 			if err := os.RemoveAll(dir); err != nil {
 				return removed, keptLayers, err
+			}
+			if cur == ref {
+				_ = os.Remove(c.Layout.CurrentLink(id))
 			}
 			removed = append(removed, key)
 		}

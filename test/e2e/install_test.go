@@ -148,6 +148,32 @@ func TestInstallGenerations(t *testing.T) {
 			t.Fatalf("wrong platform: %v", err)
 		}
 	})
+
+	t.Run("a revoked runtime is removed from the node once unused", func(t *testing.T) {
+		gc := &provisioner.Collector{Layout: l, MountInfo: "/proc/self/mountinfo"}
+		if _, err := l.LeaseCurrent(hoststate.Lease{ContainerID: "still-running", ID: "python-3.11"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.WriteAuthorization(hoststate.Authorization{ID: "python-3.11", Revoked: true, Reason: "RuntimeImage deleted"}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := gc.Collect(); err != nil || len(got.Generations) != 0 {
+			t.Fatalf("a revoked but leased generation was removed: %+v %v", got, err)
+		}
+		if err := l.ReleaseLease("still-running"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := gc.Collect()
+		if err != nil || len(got.Generations) != 1 || len(got.Layers) != 2 {
+			t.Fatalf("revoked and unused: removed %+v (%v); want generation 2 and both layers", got, err)
+		}
+		if _, err := l.Current("python-3.11"); vocab.ReasonOf(err) != vocab.ReasonRuntimeImageNotInstalled {
+			t.Fatalf("current pointer left: %v", err)
+		}
+		if a, err := l.ReadAuthorization("python-3.11"); err != nil || !a.Revoked {
+			t.Fatalf("the revoked authorization must stay: %+v %v", a, err)
+		}
+	})
 }
 
 // pushRuntime pushes a single-layer runtime image built without the CLI's validation.
