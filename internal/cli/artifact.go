@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/spf13/cobra"
@@ -150,7 +149,11 @@ func (o *pushOpts) run(cmd *cobra.Command, refStr string) error {
 }
 
 // fetchImages returns the artifact's images: one, or every manifest of an index.
-func fetchImages(cmd *cobra.Command, ref name.Reference) ([]v1.Image, error) {
+func fetchImages(cmd *cobra.Command, refStr string, insecure bool) ([]v1.Image, error) {
+	ref, err := registry.Reference(refStr, insecure)
+	if err != nil {
+		return nil, err
+	}
 	desc, err := remote.Get(ref, registry.Options(cmd.Context())...)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s: %w", ref, err)
@@ -185,11 +188,7 @@ func newInspectCmd() *cobra.Command {
 		Short: "Show an artifact's layers, launch configuration and runtime requirements",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ref, err := registry.Reference(args[0], insecure)
-			if err != nil {
-				return err
-			}
-			imgs, err := fetchImages(cmd, ref)
+			imgs, err := fetchImages(cmd, args[0], insecure)
 			if err != nil {
 				return err
 			}
@@ -243,11 +242,7 @@ func newVerifyCmd() *cobra.Command {
 		Short: "Apply every artifact rule to a pushed artifact; exits non-zero with the reason code on a violation",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ref, err := registry.Reference(args[0], insecure)
-			if err != nil {
-				return err
-			}
-			imgs, err := fetchImages(cmd, ref)
+			imgs, err := fetchImages(cmd, args[0], insecure)
 			if err != nil {
 				return err
 			}
