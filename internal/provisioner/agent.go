@@ -39,7 +39,9 @@ type Agent struct {
 	Collector *Collector
 	// Metrics, when set, counts installs.
 	Metrics *Metrics
-	Log     func(format string, args ...any)
+	// Host is what PrepareHost did to the node (shim, containerd handler), for the report.
+	Host *brewletv1.NodeCleanup
+	Log  func(format string, args ...any)
 
 	fenceOpen bool
 	states    map[string]brewletv1.NodeRuntimeEntry
@@ -283,7 +285,7 @@ func (a *Agent) publishLabels(ctx context.Context, node *corev1.Node) error {
 
 // publishStatus writes the NodeRuntime status when it changed (not on every pass).
 func (a *Agent) publishStatus(ctx context.Context, node *corev1.Node, nrt *brewletv1.NodeRuntime) error {
-	st := brewletv1.NodeRuntimeStatus{NodeUID: node.UID, Complete: true}
+	st := brewletv1.NodeRuntimeStatus{NodeUID: node.UID, Complete: true, Cleanup: a.Host}
 	for _, e := range a.states {
 		st.Runtimes = append(st.Runtimes, e)
 	}

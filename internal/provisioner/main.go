@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os/exec"
 	"runtime"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -90,26 +91,15 @@ func Main(ctx context.Context, o Options) error {
 	return WriterLease{Client: cs, Namespace: o.Namespace, NodeName: o.NodeName, Identity: o.Identity}.
 		Run(ctx, func(ctx context.Context, isWriter func() bool) {
 			agent.IsWriter = isWriter
-			o.prepareHost(ctx)
+			agent.Host = o.prepareHost(ctx)
 			if err := agent.Run(ctx); err != nil {
 				log.Printf("agent: %v", err)
 			}
 		})
 }
 
-// prepareHost installs the shim and registers the handler. A failure is logged and leaves
-// containerd as it was (rolled back); the agent keeps running and retries on restart.
-func (o Options) prepareHost(ctx context.Context) {
-	if o.ShimDir != "" {
-		if changed, err := InstallShim(o.ShimSource, o.ShimDir); err != nil {
-			log.Printf("install shim: %v", err)
-		} else if changed {
-			log.Printf("installed %s into %s", o.ShimSource, o.ShimDir)
-		}
-	}
-	if o.ContainerdRestart != string(vocab.ContainerdRestartValidated) {
-		return
-	}
+// prepareHost installs the shim and registers the handler, reporting both on NodeRuntime.
+func (o Options) prepareHost(ctx context.Context) *brewletv1.NodeCleanup {
 	cd := &Containerd{ConfigPath: o.ContainerdConfig, Binary: o.ContainerdBinary,
 		Restart: func(ctx context.Context) error {
 			out, err := exec.CommandContext(ctx, "sh", "-c", o.ContainerdRestartCommand).CombinedOutput()
@@ -119,9 +109,36 @@ func (o Options) prepareHost(ctx context.Context) {
 			return nil
 		},
 		Health: HandlerHealth(o.ContainerdSocket)}
-	if ch, err := cd.Ensure(ctx); err != nil {
-		log.Printf("containerd handler: %v", err)
-	} else if ch.Restarted {
-		log.Printf("registered the brewlet handler in %s and restarted containerd", ch.File)
+	return PrepareHost(ctx, cd, vocab.ContainerdRestart(o.ContainerdRestart), o.ShimSource, o.ShimDir)
+}
+
+// PrepareHost installs the shim (when shimDir is set) and, in mode validated, registers the
+// brewlet handler with containerd. Mode none changes nothing. A failure leaves containerd
+// as it was (rolled back) and is reported in the returned record, which the agent publishes
+// as NodeRuntime status.cleanup.
+func PrepareHost(ctx context.Context, cd *Containerd, mode vocab.ContainerdRestart, shimSrc, shimDir string) *brewletv1.NodeCleanup {
+	rep := &brewletv1.NodeCleanup{}
+	var msgs []string
+	if shimDir != "" {
+		if _, err := InstallShim(shimSrc, shimDir); err != nil {
+			msgs = append(msgs, "shim not installed: "+err.Error())
+		} else {
+			rep.ShimInstalled = true
+		}
 	}
+	if mode == vocab.ContainerdRestartValidated {
+		if ch, err := cd.Ensure(ctx); err != nil {
+			msgs = append(msgs, err.Error())
+		} else {
+			rep.ContainerdHandlerRegistered = true
+			if ch.Restarted {
+				log.Printf("registered the brewlet handler in %s and restarted containerd", ch.File)
+			}
+		}
+	}
+	rep.Message = strings.Join(msgs, "; ")
+	if rep.Message != "" {
+		log.Printf("host preparation: %s", rep.Message)
+	}
+	return rep
 }

@@ -62,7 +62,8 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 	ttl := 4 * time.Second
 	agent := &provisioner.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: ttl, Log: t.Logf,
 		Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
-	must(host.CloseFence()) // as Run does at start
+	agent.Host = &brewletv1.NodeCleanup{ShimInstalled: true, ContainerdHandlerRegistered: true} // what PrepareHost reported
+	must(host.CloseFence())                                                                     // as Run does at start
 	must(agent.Reconcile(ctx))
 
 	node := &corev1.Node{}
@@ -73,7 +74,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 	nrt := &brewletv1.NodeRuntime{}
 	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt))
 	if len(nrt.Status.Runtimes) != 1 || nrt.Status.Runtimes[0].State != "Ready" || nrt.Status.Runtimes[0].Generation != 1 ||
-		nrt.Status.NodeUID != node.UID || len(nrt.OwnerReferences) != 1 {
+		nrt.Status.NodeUID != node.UID || len(nrt.OwnerReferences) != 1 || nrt.Status.Cleanup == nil || !nrt.Status.Cleanup.ContainerdHandlerRegistered {
 		t.Fatalf("NodeRuntime %+v", nrt)
 	}
 	rv := nrt.ResourceVersion

@@ -52,12 +52,25 @@ func TestContainerdHandlerRegistration(t *testing.T) {
 		Restart: n.RestartContainerd,
 		Health:  func(ctx context.Context) error { return handlerListed(ctx, n) },
 	}
-	ch, err := cd.Ensure(ctx)
-	if err != nil {
-		t.Fatalf("register handler: %v", err)
+	// containerdRestart: none changes nothing at all.
+	before, _ := os.ReadFile(n.ConfigPath)
+	if rep := provisioner.PrepareHost(ctx, cd, vocab.ContainerdRestartNone, "", ""); rep.ContainerdHandlerRegistered || rep.Message != "" {
+		t.Fatalf("mode none: %+v", rep)
 	}
-	if ch.File != filepath.Join(n.ImportsDir, "99-brewlet.toml") || !ch.Restarted {
-		t.Fatalf("change %+v", ch)
+	if after, _ := os.ReadFile(n.ConfigPath); string(after) != string(before) {
+		t.Fatal("mode none changed containerd's config")
+	}
+	if ents, _ := os.ReadDir(n.ImportsDir); len(ents) != 0 {
+		t.Fatalf("mode none wrote a drop-in: %v", ents)
+	}
+	// Mode validated installs the shim and registers the handler, and says so.
+	shimDir := t.TempDir()
+	rep := provisioner.PrepareHost(ctx, cd, vocab.ContainerdRestartValidated, filepath.Join(n.BinDir, vocab.ShimBinaryName), shimDir)
+	if !rep.ContainerdHandlerRegistered || !rep.ShimInstalled || rep.Message != "" {
+		t.Fatalf("register handler: %+v", rep)
+	}
+	if _, err := os.Stat(filepath.Join(n.ImportsDir, "99-brewlet.toml")); err != nil {
+		t.Fatalf("drop-in: %v", err)
 	}
 	if _, err := n.RunPod(ctx, n.PodConfig("after", nil), "brewlet"); err != nil {
 		t.Fatalf("brewlet handler not usable after registration: %v", err)
@@ -79,6 +92,11 @@ func TestContainerdHandlerRegistration(t *testing.T) {
 	_, err = failing.Ensure(ctx)
 	if vocab.ReasonOf(err) != vocab.ReasonContainerdConfigFailed || !strings.Contains(err.Error(), "rolled back") {
 		t.Fatalf("failed health check: %v", err)
+	}
+	// The same failure through PrepareHost is reported for NodeRuntime status.
+	if rep := provisioner.PrepareHost(ctx, &failing, vocab.ContainerdRestartValidated, "", ""); rep.ContainerdHandlerRegistered ||
+		!strings.Contains(rep.Message, "ContainerdConfigFailed") {
+		t.Fatalf("failure report: %+v", rep)
 	}
 	if _, err := os.Stat(filepath.Join(n.ImportsDir, "99-brewlet.toml")); !os.IsNotExist(err) {
 		t.Fatalf("drop-in not rolled back: %v", err)
