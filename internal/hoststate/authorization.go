@@ -19,8 +19,10 @@ type Authorization struct {
 	ConfirmedAt time.Time `json:"confirmedAt"`
 	ExpiresAt   time.Time `json:"expiresAt"`
 	Revoked     bool      `json:"revoked"`
-	Reason      string    `json:"reason,omitempty"` // why it was revoked
-	Node        string    `json:"node,omitempty"`   // for messages
+	// OnDemand: offered but installed on first use; the shim requests the install.
+	OnDemand bool   `json:"onDemand,omitempty"`
+	Reason   string `json:"reason,omitempty"` // why it was revoked
+	Node     string `json:"node,omitempty"`   // for messages
 }
 
 // WriteAuthorization replaces the authorization of a runtime ID atomically.

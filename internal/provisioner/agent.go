@@ -62,14 +62,22 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.Layout.CloseFence(); err != nil {
 		return err
 	}
+	a.fenceOpen = false
 	for {
 		if err := a.Reconcile(ctx); err != nil {
 			a.logf("reconcile: %v", err)
 		}
-		select {
-		case <-ctx.Done():
+		// Sleep a period, but wake at once for a container waiting on an OnDemand install.
+		deadline := time.Now().Add(a.Period)
+		for time.Now().Before(deadline) && !a.Layout.PendingRequests() {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+		if ctx.Err() != nil {
 			return nil
-		case <-time.After(a.Period):
 		}
 	}
 }
@@ -155,7 +163,8 @@ func (a *Agent) apply(ctx context.Context, t Target, confirmed time.Time) brewle
 	cur, cerr := a.Layout.Current(t.ID)
 	have := cerr == nil && cur.Epoch == t.Epoch && cur.Generation >= t.Generation
 	var failed *brewletv1.NodeRuntimeEntry
-	if !have && t.Image != "" && t.Install != string(vocab.InstallOnDemand) {
+	onDemand := t.Install == string(vocab.InstallOnDemand)
+	if !have && t.Image != "" && (!onDemand || a.Layout.InstallRequested(t.ID)) {
 		a.logf("installing %s generation %d from %s", t.ID, t.Generation, t.Image)
 		start := time.Now()
 		res, err := a.Installer.Install(ctx, Request{ID: t.ID, Epoch: t.Epoch, Generation: t.Generation, Image: t.Image, UID: t.UID, GID: t.GID})
@@ -175,17 +184,23 @@ func (a *Agent) apply(ctx context.Context, t Target, confirmed time.Time) brewle
 			a.logf("installed %s generation %d: %d layers fetched, %d reused", t.ID, t.Generation, res.LayersFetched, res.LayersReused)
 			cur, have = hoststate.Ref{Epoch: t.Epoch, Generation: t.Generation}, true
 		}
+		a.Layout.ClearRequest(t.ID)
 	}
 	if failed != nil {
 		have = true
 	}
 	if !have || cur.Epoch != t.Epoch {
-		if t.Install == string(vocab.InstallOnDemand) {
-			e.State = string(vocab.StateAvailable)
-		} else {
-			e.State = string(vocab.StateInstalling)
-		}
 		a.withdrawIfOtherEpoch(t)
+		if !onDemand {
+			e.State = string(vocab.StateInstalling)
+			return e
+		}
+		// Offered on first use: authorize the ID so the shim may ask for the install.
+		e.State = string(vocab.StateAvailable)
+		if err := a.Layout.WriteAuthorization(hoststate.Authorization{ID: t.ID, Epoch: t.Epoch, Generation: t.Generation,
+			OnDemand: true, ConfirmedAt: confirmed, ExpiresAt: confirmed.Add(a.AuthTTL), Node: a.NodeName}); err != nil {
+			e.State, e.Reason, e.Message = string(vocab.StateFailed), string(vocab.ReasonRuntimeImageNotInstalled), err.Error()
+		}
 		return e
 	}
 	g, err := a.Layout.ReadGeneration(t.ID, cur)

@@ -128,9 +128,13 @@ func (s *service) prepare(l hoststate.Layout, r *taskAPI.CreateTaskRequest, spec
 	if err := auth.Check(time.Now()); err != nil {
 		return err
 	}
-	gen, err := l.LeaseCurrent(hoststate.Lease{ContainerID: r.ID, ID: id,
+	lease := hoststate.Lease{ContainerID: r.ID, ID: id,
 		PodNamespace: ann[vocab.CRISandboxNamespace], PodName: ann[vocab.CRISandboxName],
-		PodUID: ann[vocab.CRISandboxUID], ContainerName: ann[vocab.CRIContainerName]})
+		PodUID: ann[vocab.CRISandboxUID], ContainerName: ann[vocab.CRIContainerName]}
+	gen, err := l.LeaseCurrent(lease)
+	if err != nil && auth.OnDemand && vocab.ReasonOf(err) == vocab.ReasonRuntimeImageNotInstalled {
+		gen, err = waitOnDemand(l, lease)
+	}
 	if err != nil {
 		return err
 	}
@@ -174,6 +178,31 @@ func (s *service) prepare(l hoststate.Layout, r *taskAPI.CreateTaskRequest, spec
 	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/app", Type: "bind",
 		Source: filepath.Join(r.Bundle, "rootfs", "app"), Options: []string{"rbind", "ro"}})
 	return writeSpec(r.Bundle, spec)
+}
+
+// onDemandWait bounds how long a container start waits for an OnDemand install.
+func onDemandWait() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(vocab.EnvOnDemandWait)); err == nil && d > 0 {
+		return d
+	}
+	return 30 * time.Second
+}
+
+// waitOnDemand asks the agent to install an OnDemand runtime and waits for it, bounded.
+func waitOnDemand(l hoststate.Layout, lease hoststate.Lease) (hoststate.Generation, error) {
+	if err := l.RequestInstall(lease.ID); err != nil {
+		return hoststate.Generation{}, err
+	}
+	wait := onDemandWait()
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		time.Sleep(250 * time.Millisecond)
+		if g, err := l.LeaseCurrent(lease); err == nil {
+			return g, nil
+		}
+	}
+	return hoststate.Generation{}, vocab.Errorf(vocab.ReasonRuntimeImageInstalling,
+		"%s is offered on demand and brewlet-provisioner is installing it on first use (waited %s); the kubelet retries the container", lease.ID, wait)
 }
 
 func saveState(l hoststate.Layout, containerID string, st *execState) error {

@@ -152,3 +152,6 @@ const (
 // EnvHostPrefix relocates the node's host layout (tests); containerd hands it to shims
 // through its shim manager env.
 const EnvHostPrefix = "BREWLET_HOST_PREFIX"
+
+// EnvOnDemandWait bounds the shim's wait for an OnDemand install (default 30s).
+const EnvOnDemandWait = "BREWLET_ONDEMAND_WAIT"

@@ -196,3 +196,72 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 		}
 	})
 }
+
+// An OnDemand runtime is offered (label "available", authorization) but not installed;
+// the first container that needs it asks the agent, which installs it while the shim waits;
+// without an agent to answer, the start fails with RuntimeImageInstalling after the bound.
+func TestAgentOnDemandInstall(t *testing.T) {
+	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{})
+	n := framework.StartNode(t)
+	ctx, c := context.Background(), cp.Client
+	refs := buildRuntimes(t, n.Registry, "python")
+	nodeName := "node-" + n.ID
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"pool.example/name": "general"}}}))
+	ri := runtimeImage(pyID, refs["python1"])
+	must(c.Create(ctx, ri))
+	setGeneration(t, c, ri, 1)
+	must(c.Create(ctx, &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "general"}, Spec: brewletv1.NodeProfileSpec{
+		NodePool:      brewletv1.NodePool{Key: "pool.example/name", Names: []string{"general"}},
+		RuntimeImages: []brewletv1.OfferedRuntime{{ID: pyID, Install: "OnDemand"}}}}))
+	host := hoststate.Under(n.HostPrefix)
+	agent := &provisioner.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: time.Minute, Period: time.Hour, Log: t.Logf,
+		Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
+	must(agent.Reconcile(ctx))
+	node := &corev1.Node{}
+	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, node))
+	if node.Labels["brewlet.sh/runtime."+pyID] != "available" {
+		t.Fatalf("labels %v", node.Labels)
+	}
+	if _, err := host.Current(pyID); err == nil {
+		t.Fatal("an OnDemand runtime was installed before any container asked")
+	}
+	d := &dataPath{n: n, host: host, epoch: string(ri.UID), cli: buildCLI(t)}
+	src := t.TempDir()
+	writeTree(t, src, map[string]string{"hello/__main__.py": helloPy})
+	out, errOut, code := brewlet(t, d.cli, "push", n.Registry+"/apps/hello:1", "--layer", "app="+src+":/app/src",
+		"--entrypoint", "python", "--arg", "-m", "--arg", "hello", "--env", "PYTHONPATH=/app/src")
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	d.app = lastLine(out)
+
+	// No agent running: the shim's bounded wait ends with RuntimeImageInstalling.
+	_, _, err := d.start(t, nil, nil)
+	expectReason(t, err, vocab.ReasonRuntimeImageInstalling)
+
+	// With the agent running (and a period of an hour), the request wakes it.
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	must(host.CloseFence()) // an agent (re)start: the fence is closed until its first pass
+	go func() { _ = agent.Run(runCtx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for host.CheckFence() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent never opened the startup fence")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cid, pod, err := d.start(t, nil, nil)
+	if err != nil {
+		t.Fatalf("first start of an OnDemand runtime: %v", err)
+	}
+	if out := d.output(t, cid, pod); !strings.Contains(out, "GENERATION=1") {
+		t.Fatalf("output: %s", out)
+	}
+}
