@@ -38,22 +38,44 @@ func Inspect(img v1.Image) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v := m.Annotations[vocab.AnnotationArtifactVersion]; v != vocab.ArtifactVersion {
-		return nil, unsupported("manifest annotation %s is %q, not %q: this is not a Brewlet application artifact of this version", vocab.AnnotationArtifactVersion, v, vocab.ArtifactVersion)
+	infos, err := CheckManifest(m)
+	if err != nil {
+		return nil, err
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, err
+	}
+	if len(layers) != len(m.Layers) {
+		return nil, unsupported("the manifest lists %d layers but the image has %d", len(m.Layers), len(layers))
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, err
 	}
 	d, _ := img.Digest()
-	rep := &Report{Digest: d.String(), Platform: cf.Platform().String()}
-	layers, err := img.Layers()
+	rep := &Report{Digest: d.String(), Platform: cf.Platform().String(), Layers: infos}
+	rc, err := layers[len(layers)-1].Uncompressed()
 	if err != nil {
 		return nil, err
 	}
-	if len(layers) != len(m.Layers) || len(m.Layers) < 2 {
+	defer func() { _ = rc.Close() }()
+	if rep.Launch, err = ReadLaunchLayer(rc); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// CheckManifest recognizes an artifact manifest: version annotation, at least one app
+// layer, and exactly one launch layer, last. It is shared by the CLI and the shim.
+func CheckManifest(m *v1.Manifest) ([]LayerInfo, error) {
+	if v := m.Annotations[vocab.AnnotationArtifactVersion]; v != vocab.ArtifactVersion {
+		return nil, unsupported("manifest annotation %s is %q, not %q: this is not a Brewlet application artifact of this version", vocab.AnnotationArtifactVersion, v, vocab.ArtifactVersion)
+	}
+	if len(m.Layers) < 2 {
 		return nil, unsupported("an artifact has at least one app layer and a launch layer; this one has %d layers", len(m.Layers))
 	}
+	var out []LayerInfo
 	apps := 0
 	for i, desc := range m.Layers {
 		role := desc.Annotations[vocab.AnnotationLayer]
@@ -68,20 +90,12 @@ func Inspect(img v1.Image) (*Report, error) {
 		case role != vocab.LayerDependency && role != vocab.LayerLaunch:
 			return nil, unsupported("layer %d has %s=%q; roles are app, dependency and launch", i+1, vocab.AnnotationLayer, role)
 		}
-		rep.Layers = append(rep.Layers, LayerInfo{Role: role, Digest: desc.Digest.String(), Size: desc.Size, MediaType: string(desc.MediaType)})
+		out = append(out, LayerInfo{Role: role, Digest: desc.Digest.String(), Size: desc.Size, MediaType: string(desc.MediaType)})
 	}
 	if apps == 0 {
 		return nil, unsupported("no layer is annotated %s=app", vocab.AnnotationLayer)
 	}
-	rc, err := layers[len(layers)-1].Uncompressed()
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rc.Close() }()
-	if rep.Launch, err = ReadLaunchLayer(rc); err != nil {
-		return nil, err
-	}
-	return rep, nil
+	return out, nil
 }
 
 // ReadLaunchLayer reads the launch layer: exactly one regular file, launch.json, at the root.

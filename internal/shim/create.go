@@ -80,7 +80,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		}
 		_ = os.RemoveAll(l.ContainerDir(r.ID))
 	}
-	if err := s.prepare(l, r, spec, &leased); err != nil {
+	if err := s.prepare(ctx, l, r, spec, &leased); err != nil {
 		release()
 		l.CountLaunch("refused", string(reasonOrInternal(err)))
 		return nil, refusal(err)
@@ -97,7 +97,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 
 // prepare runs every check, takes the lease, composes the root filesystem and rewrites
 // the spec. Nothing is mounted before every check passed.
-func (s *service) prepare(l hoststate.Layout, r *taskAPI.CreateTaskRequest, spec *specs.Spec, leased *bool) error {
+func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.CreateTaskRequest, spec *specs.Spec, leased *bool) error {
 	ann := spec.Annotations
 	id := ann[vocab.AnnotationRuntimeImage]
 	if id == "" {
@@ -116,6 +116,9 @@ func (s *service) prepare(l hoststate.Layout, r *taskAPI.CreateTaskRequest, spec
 		return err
 	}
 	if err := launch.CheckRuntime(id); err != nil {
+		return err
+	}
+	if err := checkImage(ctx, r.ID, launch); err != nil {
 		return err
 	}
 	if err := l.CheckFence(); err != nil {

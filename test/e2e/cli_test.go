@@ -213,12 +213,23 @@ func pushHandmade(t *testing.T, ref string, files map[string]string) string {
 // (one layer per argument, lowest first).
 func pushHandmadeEntries(t *testing.T, ref string, layers ...[]framework.TarEntry) string {
 	t.Helper()
+	return pushCrafted(t, ref, nil, vocab.ArtifactVersion, layers...)
+}
+
+// pushCrafted pushes an artifact whose config can differ from its launch.json and whose
+// version annotation is given, as a buggy or hostile producer would.
+func pushCrafted(t *testing.T, ref string, mutateConfig func(*v1.Config), version string, layers ...[]framework.TarEntry) string {
+	t.Helper()
 	l := &artifact.Launch{SchemaVersion: 2, Process: artifact.Process{Entrypoint: []string{"sh"}, WorkingDir: "/app"}}
 	launchTar, err := artifact.LaunchLayerTar(l)
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := framework.Image(artifact.ImageConfig(l))
+	cfg := artifact.ImageConfig(l)
+	if mutateConfig != nil {
+		mutateConfig(&cfg)
+	}
+	img, err := framework.Image(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +256,9 @@ func pushHandmadeEntries(t *testing.T, ref string, layers ...[]framework.TarEntr
 			t.Fatal(err)
 		}
 	}
-	img = mutate.Annotations(img, map[string]string{vocab.AnnotationArtifactVersion: "2"}).(v1.Image)
+	if version != "" {
+		img = mutate.Annotations(img, map[string]string{vocab.AnnotationArtifactVersion: version}).(v1.Image)
+	}
 	out, err := framework.Push(img, ref)
 	if err != nil {
 		t.Fatal(err)

@@ -269,6 +269,15 @@ func TestDataPathRunsAppOnRuntime(t *testing.T) {
 		_, _, err = d.start(t, map[string]string{vocab.AnnotationRuntimeImage: pyID,
 			vocab.AnnotationRotatedToGeneration: `{"id":"` + pyID + `","epoch":"` + d.epoch + `","generation":9}`}, nil)
 		expectReason(t, err, vocab.ReasonRuntimeImageUpdating)
+		// The manifest and config are checked from containerd's content store.
+		okApp := [][]framework.TarEntry{{{Name: "app/", Mode: 0o755, Typeflag: tar.TypeDir}, {Name: "app/x", Mode: 0o644, Body: []byte("x")}}}
+		mismatch := pushCrafted(t, d.n.Registry+"/apps/mismatch:1", func(c *v1.Config) { c.Entrypoint = []string{"/app/other"} }, vocab.ArtifactVersion, okApp...)
+		_, _, err = d.start(t, nil, func(c *runtimeapi.ContainerConfig) { c.Image.Image = mismatch })
+		expectReason(t, err, vocab.ReasonLaunchConfigMismatch)
+		unversioned := pushCrafted(t, d.n.Registry+"/apps/unversioned:1", nil, "", okApp...)
+		_, _, err = d.start(t, nil, func(c *runtimeapi.ContainerConfig) { c.Image.Image = unversioned })
+		expectReason(t, err, vocab.ReasonUnsupportedArtifact)
+
 		// The hostile layers that survive containerd's unpacking are refused from the
 		// snapshot before anything is mounted.
 		dir := func(name string, mode int64) framework.TarEntry {

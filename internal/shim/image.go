@@ -1,0 +1,113 @@
+package shim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	goruntime "runtime"
+	"time"
+
+	containersapi "github.com/containerd/containerd/api/services/containers/v1"
+	contentapi "github.com/containerd/containerd/api/services/content/v1"
+	imagesapi "github.com/containerd/containerd/api/services/images/v1"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"brewlet.sh/brewlet/internal/artifact"
+	"brewlet.sh/brewlet/internal/golden"
+)
+
+// maxBlob bounds the manifest, index and config blobs read at container create.
+const maxBlob = 4 << 20
+
+// checkImage recognizes the container's image as a Brewlet artifact from its manifest and
+// checks that the image config mirrors launch.json. The shim sees only the snapshot mounts,
+// so it reads the manifest and config (a few KiB) from containerd's content store through
+// containerd's own API (GRPC_ADDRESS, which containerd gives every shim).
+func checkImage(ctx context.Context, containerID string, launch *artifact.Launch) error {
+	addr := os.Getenv("GRPC_ADDRESS")
+	if addr == "" {
+		return errors.New("containerd did not give the shim its address (GRPC_ADDRESS); cannot check the image")
+	}
+	ns, _ := namespaces.Namespace(ctx)
+	if ns == "" {
+		ns = "k8s.io"
+	}
+	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(ctx, ns), 10*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient("unix://"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	c, err := containersapi.NewContainersClient(conn).Get(ctx, &containersapi.GetContainerRequest{ID: containerID})
+	if err != nil {
+		return fmt.Errorf("look up container %s in containerd: %w", containerID, err)
+	}
+	img, err := imagesapi.NewImagesClient(conn).Get(ctx, &imagesapi.GetImageRequest{Name: c.Container.Image})
+	if err != nil {
+		return fmt.Errorf("look up image %s in containerd: %w", c.Container.Image, err)
+	}
+	content := contentapi.NewContentClient(conn)
+	mt, dg := img.Image.Target.MediaType, img.Image.Target.Digest
+	b, err := readBlob(ctx, content, dg)
+	if err != nil {
+		return err
+	}
+	if types.MediaType(mt).IsIndex() {
+		var idx v1.IndexManifest
+		if err := json.Unmarshal(b, &idx); err != nil {
+			return fmt.Errorf("image index %s: %w", dg, err)
+		}
+		d, err := golden.SelectPlatform(&idx, v1.Platform{OS: "linux", Architecture: goruntime.GOARCH})
+		if err != nil {
+			return err
+		}
+		if b, err = readBlob(ctx, content, d.Digest.String()); err != nil {
+			return err
+		}
+	}
+	var m v1.Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("image manifest: %w", err)
+	}
+	if _, err := artifact.CheckManifest(&m); err != nil {
+		return err
+	}
+	cb, err := readBlob(ctx, content, m.Config.Digest.String())
+	if err != nil {
+		return err
+	}
+	var cf v1.ConfigFile
+	if err := json.Unmarshal(cb, &cf); err != nil {
+		return fmt.Errorf("image config: %w", err)
+	}
+	return artifact.CheckConfigMirror(launch, cf.Config)
+}
+
+func readBlob(ctx context.Context, c contentapi.ContentClient, digest string) ([]byte, error) {
+	stream, err := c.Read(ctx, &contentapi.ReadContentRequest{Digest: digest})
+	if err != nil {
+		return nil, err
+	}
+	var out []byte
+	for {
+		r, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s from containerd's content store: %w", digest, err)
+		}
+		out = append(out, r.Data...)
+		if len(out) > maxBlob {
+			return nil, fmt.Errorf("blob %s is over %d bytes", digest, maxBlob)
+		}
+	}
+}
