@@ -129,19 +129,33 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 		}
 	})
 
-	t.Run("a refused generation is reported and the current one stays in use", func(t *testing.T) {
-		bad := pushRuntime(t, n.Registry+"/runtimes/python:bad", []framework.TarEntry{
-			{Name: "usr/", Mode: 0o755, Typeflag: '5'}, {Name: "usr/bin/", Mode: 0o755, Typeflag: '5'},
-			{Name: "usr/bin/su", Mode: 0o4755, Body: []byte("ELF")}}, nil)
-		must(c.Get(ctx, client.ObjectKeyFromObject(ri), ri))
-		ri.Spec.Source.Image = bad
-		must(c.Update(ctx, ri))
-		setGeneration(t, c, ri, 3)
-		must(agent.Reconcile(ctx))
-		must(c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt))
-		e := nrt.Status.Runtimes[0]
-		if e.State != "Ready" || e.Generation != 2 || e.Reason != string(vocab.ReasonPrivilegedRuntimeFile) || !strings.Contains(e.Message, "generation 3 refused") {
-			t.Fatalf("NodeRuntime entry after a refused rotation: %+v", e)
+	t.Run("each refused generation is reported and the current one stays in use", func(t *testing.T) {
+		dir := func(n string) framework.TarEntry { return framework.TarEntry{Name: n, Mode: 0o755, Typeflag: '5'} }
+		accounts := []framework.TarEntry{dir("etc/"), {Name: "etc/passwd", Mode: 0o644, Body: []byte("app:x:10001:10001::/home/app:/bin/sh\n")},
+			{Name: "etc/group", Mode: 0o644, Body: []byte("app:x:10001:\n")}, dir("usr/"), dir("usr/bin/")}
+		gen := int64(2)
+		for _, tc := range []struct {
+			name    string
+			entries []framework.TarEntry
+			env     []string
+			reason  vocab.Reason
+		}{
+			{"setuid", append(accounts, framework.TarEntry{Name: "usr/bin/su", Mode: 0o4755, Body: []byte("ELF")}), nil, vocab.ReasonPrivilegedRuntimeFile},
+			{"path", accounts, []string{"PATH=/usr/bin:/opt/missing"}, vocab.ReasonInvalidRuntimePath},
+			{"accounts", accounts[:2], nil, vocab.ReasonInvalidAccountFiles},
+		} {
+			bad := pushRuntime(t, n.Registry+"/runtimes/python:bad-"+tc.name, tc.entries, tc.env)
+			must(c.Get(ctx, client.ObjectKeyFromObject(ri), ri))
+			ri.Spec.Source.Image = bad
+			must(c.Update(ctx, ri))
+			gen++
+			setGeneration(t, c, ri, gen)
+			must(agent.Reconcile(ctx))
+			must(c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt))
+			e := nrt.Status.Runtimes[0]
+			if e.State != "Ready" || e.Generation != 2 || e.Reason != string(tc.reason) || !strings.Contains(e.Message, "refused") {
+				t.Fatalf("%s: NodeRuntime entry after a refused rotation: %+v", tc.name, e)
+			}
 		}
 		if _, _, err := d.start(t, nil, nil); err != nil {
 			t.Fatalf("generation 2 no longer serves: %v", err)

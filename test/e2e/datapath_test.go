@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -180,6 +181,27 @@ func TestDataPathRunsAppOnRuntime(t *testing.T) {
 		_, errOut, code, _ = d.n.ExecSync(context.Background(), cid, "python", "-c", "open('/app/src/x','w')")
 		if code == 0 || !strings.Contains(errOut, "Read-only file system") {
 			t.Errorf("/app writable: %d %s", code, errOut)
+		}
+		// An exec that asks for root (CRI cannot, containerd's own API can) still runs as the
+		// container's user.
+		ctr := exec.Command(framework.Tool(t, "ctr"), "-a", d.n.Socket, "-n", "k8s.io", "task", "exec", "--exec-id", "as-root",
+			"--user", "0", cid, "python", "-c", "import os; print('uid', os.getuid(), os.getgid())")
+		if out, err := ctr.CombinedOutput(); err != nil || !strings.Contains(string(out), "uid 10001 10001") {
+			t.Errorf("exec asking for root: %v %s", err, out)
+		}
+		// Without the container's saved state an exec is refused, not run with defaults.
+		state := filepath.Join(d.host.ContainerDir(cid), "exec.json")
+		saved, err := os.ReadFile(state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(state); err != nil {
+			t.Fatal(err)
+		}
+		_, _, _, err = d.n.ExecSync(context.Background(), cid, "python", "-c", "print(1)")
+		expectReason(t, err, vocab.ReasonExecStateUnavailable)
+		if err := os.WriteFile(state, saved, 0o600); err != nil {
+			t.Fatal(err)
 		}
 	})
 
