@@ -6,9 +6,11 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,6 +35,17 @@ func main() {
 	flag.DurationVar(&o.GCGrace, "gc-grace", time.Hour, "keep unused generations and layers this long (provisioner.gc.grace)")
 	flag.StringVar(&o.MountInfo, "mountinfo", "/proc/1/mountinfo", "the host's mount table (needs hostPID), consulted before removing layers")
 	flag.StringVar(&o.MetricsAddress, "metrics-address", "", "serve Prometheus /metrics here, e.g. :9464 (empty: off; metrics.enabled in the chart)")
+	flag.Func("registry-mirror", "REGISTRY=MIRROR: pull REGISTRY's images from MIRROR first (repeatable, tried in order; digests are verified)", func(v string) error {
+		reg, mirror, ok := strings.Cut(v, "=")
+		if !ok || reg == "" || mirror == "" {
+			return fmt.Errorf("want REGISTRY=MIRROR, e.g. registry.example=mirror.local:5000")
+		}
+		if o.Mirrors == nil {
+			o.Mirrors = map[string][]string{}
+		}
+		o.Mirrors[reg] = append(o.Mirrors[reg], mirror)
+		return nil
+	})
 	flag.BoolVar(&o.InsecureRegistries, "insecure-registries", false, "allow plain HTTP to non-loopback registries")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

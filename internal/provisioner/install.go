@@ -25,8 +25,11 @@ import (
 type Installer struct {
 	Layout   hoststate.Layout
 	Platform v1.Platform     // the node's platform
-	Remote   []remote.Option // extra registry options (transport, mirrors)
+	Remote   []remote.Option // extra registry options (transport)
 	Insecure bool            // plain HTTP to non-loopback registries
+	// Mirrors lists, per registry host, mirrors tried in order before it. Content is pulled
+	// by digest and every blob verified, so a mirror can be slow or absent, never wrong.
+	Mirrors map[string][]string
 }
 
 // Request names one generation of one runtime ID.
@@ -54,11 +57,33 @@ func (in *Installer) Install(ctx context.Context, req Request) (*Result, error) 
 	if err != nil {
 		return nil, err
 	}
+	var lastErr error
+	for _, host := range append(append([]string{}, in.Mirrors[ref.Context().RegistryStr()]...), ref.Context().RegistryStr()) {
+		cand, err := registry.Digest(host+"/"+ref.Context().RepositoryStr()+"@"+ref.DigestStr(), in.Insecure)
+		if err != nil {
+			return nil, err
+		}
+		res, err := in.installFrom(ctx, req, cand)
+		if err == nil {
+			return res, nil
+		}
+		switch vocab.ReasonOf(err) {
+		case vocab.ReasonRuntimeImagePullFailed, vocab.ReasonDigestMismatch:
+			lastErr = err // try the next source
+		default:
+			return nil, err // the content itself was refused: the same digest everywhere
+		}
+	}
+	return nil, lastErr
+}
+
+func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Digest) (*Result, error) {
 	opts := registry.Options(ctx, in.Remote...)
 	img, platform, err := in.resolve(ref, opts)
 	if err != nil {
 		return nil, err
 	}
+	req.Image = ref.String()
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, pullErr(req, err)

@@ -37,6 +37,7 @@ type Options struct {
 	GCGrace                                    time.Duration // provisioner.gc.grace
 	MountInfo                                  string        // the host's mount table
 	MetricsAddress                             string        // "" disables /metrics
+	Mirrors                                    map[string][]string
 }
 
 // Scheme has the types the agent reads and writes.
@@ -73,7 +74,7 @@ func Main(ctx context.Context, o Options) error {
 		layout = hoststate.Under(o.HostPrefix)
 	}
 	agent := &Agent{Client: c, NodeName: o.NodeName, Layout: layout, AuthTTL: o.AuthTTL, Period: o.Period,
-		Installer: &Installer{Layout: layout, Insecure: o.InsecureRegistries,
+		Installer: &Installer{Layout: layout, Insecure: o.InsecureRegistries, Mirrors: o.Mirrors,
 			Platform: v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}},
 		Collector: &Collector{Layout: layout, Grace: o.GCGrace, MountInfo: o.MountInfo},
 		Log:       log.Printf}

@@ -93,6 +93,27 @@ func TestInstallGenerations(t *testing.T) {
 		t.Fatalf("top layer content: %v %q", err, b)
 	}
 
+	t.Run("registry mirrors are tried first and the origin after them", func(t *testing.T) {
+		// The origin (nothing listens on port 1) is down; the mirror serves the same digest.
+		l2 := hoststate.Under(t.TempDir())
+		origin := "127.0.0.1:1"
+		image := origin + "/" + strings.SplitN(refs["python1"], "/", 2)[1]
+		viaMirror := &provisioner.Installer{Layout: l2, Platform: in.Platform, Mirrors: map[string][]string{origin: {"127.0.0.1:2", reg.Addr}}}
+		if _, err := viaMirror.Install(ctx, req(1, image)); err != nil {
+			t.Fatalf("install through a mirror: %v", err)
+		}
+		noMirror := &provisioner.Installer{Layout: hoststate.Under(t.TempDir()), Platform: in.Platform}
+		if _, err := noMirror.Install(ctx, req(1, image)); vocab.ReasonOf(err) != vocab.ReasonRuntimeImagePullFailed {
+			t.Fatalf("origin down and no mirror: %v", err)
+		}
+		// A mirror that is down falls back to the origin.
+		fallback := &provisioner.Installer{Layout: hoststate.Under(t.TempDir()), Platform: in.Platform,
+			Mirrors: map[string][]string{reg.Addr: {"127.0.0.1:1"}}}
+		if _, err := fallback.Install(ctx, req(1, refs["python1"])); err != nil {
+			t.Fatalf("fallback to the origin: %v", err)
+		}
+	})
+
 	t.Run("garbage collection keeps what is leased, current or within grace", func(t *testing.T) {
 		gc := &provisioner.Collector{Layout: l, Grace: time.Hour, MountInfo: "/proc/self/mountinfo"}
 		if got, err := gc.Collect(); err != nil || len(got.Generations)+len(got.Layers) != 0 {
