@@ -139,9 +139,7 @@ func FuzzExtract(f *testing.F) {
 	f.Add(tarOf(f, hdr{Name: "x", Typeflag: tar.TypeLink, Linkname: "../../etc/passwd"}))
 	f.Add(tarOf(f, hdr{Name: ".wh..wh..opq", Typeflag: tar.TypeReg}, hdr{Name: "d/.wh.e", Typeflag: tar.TypeReg}))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if os.Geteuid() != 0 {
-			t.Skip("needs root")
-		}
+		requireRoot(t)
 		sandbox := t.TempDir()
 		_ = Extract(bytes.NewReader(b), filepath.Join(sandbox, "layer"))
 		// Whatever the input, nothing appears beside the layer directory.

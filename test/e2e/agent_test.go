@@ -40,24 +40,9 @@ func setGeneration(t *testing.T, c client.Client, ri *brewletv1.RuntimeImage, ge
 // follows a rotation; lets authorizations expire while the API server is gone and renews
 // them when it returns; revokes at once when the RuntimeImage is deleted.
 func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
-	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{})
-	n := framework.StartNode(t)
-	ctx, c := context.Background(), cp.Client
-	refs := buildRuntimes(t, n.Registry, "python")
-	nodeName := "node-" + n.ID
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"pool.example/name": "general"}}}))
-	ri := runtimeImage(pyID, refs["python1"])
-	must(c.Create(ctx, ri))
-	setGeneration(t, c, ri, 1)
-	must(c.Create(ctx, &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "general"}, Spec: brewletv1.NodeProfileSpec{
-		NodePool:      brewletv1.NodePool{Key: "pool.example/name", Names: []string{"general"}},
-		RuntimeImages: []brewletv1.OfferedRuntime{{ID: pyID}}}}))
+	e := newAgentEnv(t, "Eager")
+	cp, n, c, refs, nodeName, ri, must := e.cp, e.n, e.c, e.refs, e.nodeName, e.ri, e.must
+	ctx := context.Background()
 	host := hoststate.Under(n.HostPrefix)
 	ttl := 4 * time.Second
 	agent := &provisioner.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: ttl, Log: t.Logf,
@@ -86,14 +71,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 
 	// The application runs on the runtime the agent installed and authorized.
 	d := &dataPath{n: n, host: host, epoch: string(ri.UID), cli: buildCLI(t)}
-	src := t.TempDir()
-	writeTree(t, src, map[string]string{"hello/__main__.py": helloPy})
-	out, errOut, code := brewlet(t, d.cli, "push", n.Registry+"/apps/hello:1", "--layer", "app="+src+":/app/src",
-		"--entrypoint", "python", "--arg", "-m", "--arg", "hello", "--env", "PYTHONPATH=/app/src")
-	if code != 0 {
-		t.Fatal(errOut)
-	}
-	d.app = lastLine(out)
+	d.app = pushHello(t, d.cli, n.Registry)
 	cid, pod, err := d.start(t, nil, nil)
 	if err != nil {
 		t.Fatalf("app on agent-installed runtime: %v", err)
@@ -215,24 +193,9 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 // the first container that needs it asks the agent, which installs it while the shim waits;
 // without an agent to answer, the start fails with RuntimeImageInstalling after the bound.
 func TestAgentOnDemandInstall(t *testing.T) {
-	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{})
-	n := framework.StartNode(t)
-	ctx, c := context.Background(), cp.Client
-	refs := buildRuntimes(t, n.Registry, "python")
-	nodeName := "node-" + n.ID
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"pool.example/name": "general"}}}))
-	ri := runtimeImage(pyID, refs["python1"])
-	must(c.Create(ctx, ri))
-	setGeneration(t, c, ri, 1)
-	must(c.Create(ctx, &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "general"}, Spec: brewletv1.NodeProfileSpec{
-		NodePool:      brewletv1.NodePool{Key: "pool.example/name", Names: []string{"general"}},
-		RuntimeImages: []brewletv1.OfferedRuntime{{ID: pyID, Install: "OnDemand"}}}}))
+	e := newAgentEnv(t, "OnDemand")
+	n, c, nodeName, ri, must := e.n, e.c, e.nodeName, e.ri, e.must
+	ctx := context.Background()
 	host := hoststate.Under(n.HostPrefix)
 	agent := &provisioner.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: time.Minute, Period: time.Hour, Log: t.Logf,
 		Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
@@ -246,14 +209,7 @@ func TestAgentOnDemandInstall(t *testing.T) {
 		t.Fatal("an OnDemand runtime was installed before any container asked")
 	}
 	d := &dataPath{n: n, host: host, epoch: string(ri.UID), cli: buildCLI(t)}
-	src := t.TempDir()
-	writeTree(t, src, map[string]string{"hello/__main__.py": helloPy})
-	out, errOut, code := brewlet(t, d.cli, "push", n.Registry+"/apps/hello:1", "--layer", "app="+src+":/app/src",
-		"--entrypoint", "python", "--arg", "-m", "--arg", "hello", "--env", "PYTHONPATH=/app/src")
-	if code != 0 {
-		t.Fatal(errOut)
-	}
-	d.app = lastLine(out)
+	d.app = pushHello(t, d.cli, n.Registry)
 
 	// No agent running: the shim's bounded wait ends with RuntimeImageInstalling.
 	_, _, err := d.start(t, nil, nil)
@@ -278,4 +234,39 @@ func TestAgentOnDemandInstall(t *testing.T) {
 	if out := d.output(t, cid, pod); !strings.Contains(out, "GENERATION=1") {
 		t.Fatalf("output: %s", out)
 	}
+}
+
+// agentEnv is a control plane, a node with the CPython runtimes in its registry, the
+// node's Node object in pool "general", a RuntimeImage at generation 1, and a NodeProfile
+// offering it with the given install mode.
+type agentEnv struct {
+	cp       *framework.ControlPlane
+	n        *framework.Node
+	c        client.Client
+	refs     map[string]string
+	nodeName string
+	ri       *brewletv1.RuntimeImage
+	must     func(error)
+}
+
+func newAgentEnv(t *testing.T, install string) *agentEnv {
+	t.Helper()
+	e := &agentEnv{cp: framework.StartControlPlane(t, framework.ControlPlaneOptions{}), n: framework.StartNode(t)}
+	ctx := context.Background()
+	e.c, e.nodeName = e.cp.Client, "node-"+e.n.ID
+	e.must = func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.refs = buildRuntimes(t, e.n.Registry, "python")
+	e.must(e.c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.nodeName, Labels: map[string]string{"pool.example/name": "general"}}}))
+	e.ri = runtimeImage(pyID, e.refs["python1"])
+	e.must(e.c.Create(ctx, e.ri))
+	setGeneration(t, e.c, e.ri, 1)
+	e.must(e.c.Create(ctx, &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "general"}, Spec: brewletv1.NodeProfileSpec{
+		NodePool:      brewletv1.NodePool{Key: "pool.example/name", Names: []string{"general"}},
+		RuntimeImages: []brewletv1.OfferedRuntime{{ID: pyID, Install: install}}}}))
+	return e
 }

@@ -56,15 +56,21 @@ func newDataPath(t *testing.T) *dataPath {
 	}
 	d.authorize(t, false, 5*time.Minute)
 	d.cli = buildCLI(t)
+	d.app = pushHello(t, d.cli, n.Registry, "--requires-runtime", pyID)
+	return d
+}
+
+// pushHello pushes the Python app that reports its interpreter, identity and runtime.
+func pushHello(t *testing.T, cli, registry string, extra ...string) string {
+	t.Helper()
 	src := t.TempDir()
 	writeTree(t, src, map[string]string{"hello/__main__.py": helloPy})
-	out, errOut, code := brewlet(t, d.cli, "push", n.Registry+"/apps/hello:1", "--layer", "app="+src+":/app/src",
-		"--entrypoint", "python", "--arg", "-m", "--arg", "hello", "--env", "PYTHONPATH=/app/src", "--requires-runtime", pyID)
+	out, errOut, code := brewlet(t, cli, append([]string{"push", registry + "/apps/hello:1", "--layer", "app=" + src + ":/app/src",
+		"--entrypoint", "python", "--arg", "-m", "--arg", "hello", "--env", "PYTHONPATH=/app/src"}, extra...)...)
 	if code != 0 {
 		t.Fatalf("push app: %s", errOut)
 	}
-	d.app = lastLine(out)
-	return d
+	return lastLine(out)
 }
 
 func (d *dataPath) install(t *testing.T, gen int64) {
