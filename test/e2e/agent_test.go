@@ -44,8 +44,9 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 	cp, n, c, refs, nodeName, ri, must := e.cp, e.n, e.c, e.refs, e.nodeName, e.ri, e.must
 	ctx := context.Background()
 	host := hoststate.Under(n.HostPrefix)
-	ttl := 4 * time.Second
-	agent := &provisioner.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: ttl, Log: t.Logf,
+	// A long authorization for the flow (a slow machine must not expire it between steps);
+	// the expiry subtest shortens it.
+	agent := &provisioner.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 2 * time.Minute, Log: t.Logf,
 		Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
 	agent.Host = &brewletv1.NodeCleanup{ShimInstalled: true, ContainerdHandlerRegistered: true} // what PrepareHost reported
 	must(host.CloseFence())                                                                     // as Run does at start
@@ -92,6 +93,9 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 	})
 
 	t.Run("authorization expires without the API server and renews after", func(t *testing.T) {
+		ttl := 3 * time.Second
+		agent.AuthTTL = ttl
+		must(agent.Reconcile(ctx)) // the last confirmation before the node is cut off
 		cp.StopAPIServer()
 		if err := agent.Reconcile(ctx); err == nil {
 			t.Fatal("a pass without the API server succeeded")
@@ -101,6 +105,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 		expectReason(t, err, vocab.ReasonRuntimeImageAuthorizationExpired)
 		cp.StartAPIServer(t)
 		agent.Client = cp.Client
+		agent.AuthTTL = 2 * time.Minute
 		must(agent.Reconcile(ctx))
 		if _, _, err := d.start(t, nil, nil); err != nil {
 			t.Fatalf("start after renewal: %v", err)
@@ -197,7 +202,7 @@ func TestAgentOnDemandInstall(t *testing.T) {
 	n, c, nodeName, ri, must := e.n, e.c, e.nodeName, e.ri, e.must
 	ctx := context.Background()
 	host := hoststate.Under(n.HostPrefix)
-	agent := &provisioner.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: time.Minute, Period: time.Hour, Log: t.Logf,
+	agent := &provisioner.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 5 * time.Minute, Period: time.Hour, Log: t.Logf,
 		Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
 	must(agent.Reconcile(ctx))
 	node := &corev1.Node{}

@@ -48,7 +48,7 @@ func TestDistrolessRuntimeAndHiddenRuntimeApp(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	if err := host.WriteAuthorization(hoststate.Authorization{ID: id, Epoch: epoch, Generation: 1, ConfirmedAt: now, ExpiresAt: now.Add(time.Minute)}); err != nil {
+	if err := host.WriteAuthorization(hoststate.Authorization{ID: id, Epoch: epoch, Generation: 1, ConfirmedAt: now, ExpiresAt: now.Add(10 * time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	cli := buildCLI(t)

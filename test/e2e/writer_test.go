@@ -29,7 +29,7 @@ func TestWriterLeaseOneAgentAtATime(t *testing.T) {
 	var writers, maxWriters atomic.Int32
 	var leaders sync.Map
 	agent := func(ctx context.Context, name string) {
-		_ = provisioner.WriterLease{Client: cs, Namespace: "brewlet-system", NodeName: "n1", Identity: name, Duration: 3 * time.Second}.
+		_ = provisioner.WriterLease{Client: cs, Namespace: "brewlet-system", NodeName: "n1", Identity: name, Duration: 10 * time.Second}.
 			Run(ctx, func(ctx context.Context, isWriter func() bool) {
 				leaders.Store(name, true)
 				for ctx.Err() == nil {
@@ -58,7 +58,7 @@ func TestWriterLeaseOneAgentAtATime(t *testing.T) {
 		t.Fatal("the new agent wrote while the old one held the lease")
 	}
 	stopOld() // the old pod terminates and releases the lease
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(45 * time.Second)
 	for {
 		if _, ok := leaders.Load("agent-new"); ok {
 			break

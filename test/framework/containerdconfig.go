@@ -42,7 +42,7 @@ func containerdConfig(n *Node, runc string) ([]byte, error) {
 			"io.containerd.shim.v1.manager": map[string]any{
 				"socket_dir": filepath.Join(n.Dir, "s"),
 				// The shim finds the node's Brewlet state under the instance directory.
-				"env": []string{vocab.EnvHostPrefix + "=" + n.HostPrefix, vocab.EnvOnDemandWait + "=10s"},
+				"env": []string{vocab.EnvHostPrefix + "=" + n.HostPrefix, vocab.EnvOnDemandWait + "=20s"},
 			},
 			"io.containerd.nri.v1.nri":      map[string]any{"disable": true},
 			"io.containerd.internal.v1.opt": map[string]any{"path": filepath.Join(n.Dir, "opt")},
