@@ -135,17 +135,21 @@ func target(id string, offered map[string]string, ri *brewletv1.RuntimeImage, d 
 	return t
 }
 
-// Labels are the node's brewlet.sh/* labels for the states of its runtimes.
+// Labels are the node's brewlet.sh/* labels for the states of its runtimes. The node can
+// start Brewlet containers (brewlet.sh/runtime=ready) when any ID is ready or offered on
+// demand (the shim has it installed at first use).
 func Labels(states map[string]vocab.RuntimeState) map[string]string {
 	out := map[string]string{}
 	for id, s := range states {
 		switch s {
 		case vocab.StateReady:
 			out[vocab.RuntimeLabel(id)] = vocab.LabelValueReady
-			out[vocab.LabelRuntime] = vocab.LabelValueReady
 		case vocab.StateAvailable:
 			out[vocab.RuntimeLabel(id)] = vocab.LabelValueAvailable
+		default:
+			continue
 		}
+		out[vocab.LabelRuntime] = vocab.LabelValueReady
 	}
 	return out
 }

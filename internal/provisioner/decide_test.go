@@ -109,7 +109,10 @@ func TestLabels(t *testing.T) {
 			t.Fatalf("labels %v, want %v", got, want)
 		}
 	}
-	if len(Labels(map[string]vocab.RuntimeState{"py": vocab.StateAvailable})) != 1 {
-		t.Fatal("an OnDemand-only node must not claim brewlet.sh/runtime=ready")
+	if got := Labels(map[string]vocab.RuntimeState{"py": vocab.StateAvailable}); got["brewlet.sh/runtime"] != "ready" {
+		t.Fatalf("an OnDemand-only node can start Brewlet containers: %v", got)
+	}
+	if got := Labels(map[string]vocab.RuntimeState{"py": vocab.StateFailed, "jre": vocab.StateRevoked}); len(got) != 0 {
+		t.Fatalf("a node with nothing ready or available claims labels: %v", got)
 	}
 }

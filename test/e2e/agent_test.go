@@ -207,7 +207,7 @@ func TestAgentOnDemandInstall(t *testing.T) {
 	must(agent.Reconcile(ctx))
 	node := &corev1.Node{}
 	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, node))
-	if node.Labels["brewlet.sh/runtime."+pyID] != "available" {
+	if node.Labels["brewlet.sh/runtime."+pyID] != "available" || node.Labels["brewlet.sh/runtime"] != "ready" {
 		t.Fatalf("labels %v", node.Labels)
 	}
 	if _, err := host.Current(pyID); err == nil {
