@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/provisioner"
@@ -213,4 +216,46 @@ func pushRuntime(t *testing.T, ref string, entries []framework.TarEntry, env []s
 		t.Fatal(err)
 	}
 	return out
+}
+
+// The provisioner pulls from a registry that requires credentials with the Docker config
+// file the agent is given (a mounted pull secret), and is refused without it.
+func TestInstallWithRegistryCredentials(t *testing.T) {
+	framework.RequireRoot(t)
+	reg := framework.StartRegistryWith(t, "puller", "s3cret-pass")
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, err := framework.LayerTar([]framework.TarEntry{{Name: "bin/", Mode: 0o755, Typeflag: '5'}, {Name: "bin/busybox", Mode: 0o755, Body: bb}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := framework.Image(v1.Config{}, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := framework.Push(img, reg.Addr+"/runtimes/private:1", remote.WithAuth(&authn.Basic{Username: "puller", Password: "s3cret-pass"}))
+	if err != nil {
+		t.Fatalf("push with credentials: %v", err)
+	}
+	req := provisioner.Request{ID: "private", Epoch: "7a6b5c4d-3e2f-4a1b-8c9d-0e1f2a3b4c5d", Generation: 1, Image: ref, UID: 10001, GID: 10001}
+	platform := v1.Platform{OS: "linux", Architecture: "amd64"}
+
+	home := t.TempDir()
+	t.Setenv("HOME", home) // no ~/.docker/config.json of the machine's own
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	in := &provisioner.Installer{Layout: hoststate.Under(t.TempDir()), Platform: platform}
+	if _, err := in.Install(context.Background(), req); vocab.ReasonOf(err) != vocab.ReasonRuntimeImagePullFailed {
+		t.Fatalf("install without credentials: %v", err)
+	}
+	cfg := t.TempDir()
+	auth := base64.StdEncoding.EncodeToString([]byte("puller:s3cret-pass"))
+	if err := os.WriteFile(filepath.Join(cfg, "config.json"), []byte(`{"auths":{"`+reg.Addr+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DOCKER_CONFIG", cfg)
+	if _, err := in.Install(context.Background(), req); err != nil {
+		t.Fatalf("install with credentials: %v", err)
+	}
 }

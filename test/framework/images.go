@@ -109,12 +109,12 @@ func BusyboxLayer() ([]byte, error) {
 }
 
 // Push writes an image to a loopback registry and returns its repo@digest reference.
-func Push(img v1.Image, ref string) (string, error) {
+func Push(img v1.Image, ref string, opts ...remote.Option) (string, error) {
 	r, err := name.ParseReference(ref, name.Insecure)
 	if err != nil {
 		return "", err
 	}
-	if err := remote.Write(r, img); err != nil {
+	if err := remote.Write(r, img, opts...); err != nil {
 		return "", fmt.Errorf("push %s: %w", ref, err)
 	}
 	d, err := img.Digest()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -119,7 +120,7 @@ func (n *Node) buildBinaries(t testing.TB) error {
 }
 
 func (n *Node) startRegistry(t testing.TB) error {
-	addr, p, err := startRegistryIn(t, n.Instance)
+	addr, p, err := startRegistryIn(t, n.Instance, "")
 	n.Registry, n.RegistryProc = addr, p
 	return err
 }
@@ -132,22 +133,37 @@ type Registry struct {
 }
 
 // StartRegistry starts a registry of its own, removed when the test ends.
-func StartRegistry(t testing.TB) *Registry {
+func StartRegistry(t testing.TB) *Registry { return StartRegistryWith(t, "", "") }
+
+// StartRegistryWith starts a registry that requires basic credentials when user is set.
+func StartRegistryWith(t testing.TB, user, password string) *Registry {
 	t.Helper()
 	Tool(t, "registry")
 	in := NewInstance(t, "r")
-	addr, p, err := startRegistryIn(t, in)
+	auth := ""
+	if user != "" {
+		hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		htpasswd := filepath.Join(in.Dir, "htpasswd")
+		if err := os.WriteFile(htpasswd, []byte(user+":"+string(hash)+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		auth = fmt.Sprintf("auth:\n  htpasswd:\n    realm: brewlet-e2e\n    path: %s\n", htpasswd)
+	}
+	addr, p, err := startRegistryIn(t, in, auth)
 	if err != nil {
 		t.Fatalf("start registry: %v", err)
 	}
 	return &Registry{Instance: in, Addr: addr, Proc: p}
 }
 
-func startRegistryIn(t testing.TB, in *Instance) (string, *Process, error) {
+func startRegistryIn(t testing.TB, in *Instance, auth string) (string, *Process, error) {
 	addr := "127.0.0.1:" + strconv.Itoa(FreePort(t))
 	cfg := filepath.Join(in.Dir, "registry.yml")
-	body := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n",
-		filepath.Join(in.Dir, "registry"), addr)
+	body := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n%s",
+		filepath.Join(in.Dir, "registry"), addr, auth)
 	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		return "", nil, err
 	}
@@ -156,7 +172,11 @@ func startRegistryIn(t testing.TB, in *Instance) (string, *Process, error) {
 		return "", nil, err
 	}
 	return addr, p, p.WaitReady(60*time.Second, func(ctx context.Context) error {
-		return httpOK(ctx, http.DefaultClient, "http://"+addr+"/v2/")
+		err := httpOK(ctx, http.DefaultClient, "http://"+addr+"/v2/")
+		if err != nil && auth != "" && strings.Contains(err.Error(), "401") {
+			return nil // serving, and asking for credentials
+		}
+		return err
 	})
 }
 
