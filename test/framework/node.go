@@ -172,11 +172,19 @@ func startRegistryIn(t testing.TB, in *Instance, auth string) (string, *Process,
 		return "", nil, err
 	}
 	return addr, p, p.WaitReady(60*time.Second, func(ctx context.Context) error {
-		err := httpOK(ctx, http.DefaultClient, "http://"+addr+"/v2/")
-		if err != nil && auth != "" && strings.Contains(err.Error(), "401") {
-			return nil // serving, and asking for credentials
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v2/", nil)
+		if err != nil {
+			return err
 		}
-		return err
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK || (auth != "" && resp.StatusCode == http.StatusUnauthorized) {
+			return nil // serving (and, with auth, asking for credentials)
+		}
+		return fmt.Errorf("registry /v2/: %s", resp.Status)
 	})
 }
 
