@@ -59,11 +59,6 @@ func IndexTarLayers(layers []io.Reader) (*Root, error) {
 		if len(vs) > 0 {
 			return nil, vocab.Errorf(vocab.ReasonLayerPathViolation, "runtime layer %d entry %q: %s; a runtime layer must hold relative paths only", i+1, vs[0].Path, vs[0].Rule)
 		}
-		for _, e := range entries {
-			if e.Type == artifact.TypeWhiteout && (e.Path == passwdPath || e.Path == groupPath) {
-				delete(r.files, e.Path)
-			}
-		}
 		r.view.Apply(i, entries)
 	}
 	// A whiteout or a later non-file entry removes a captured account file.

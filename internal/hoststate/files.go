@@ -10,13 +10,18 @@ import (
 // maxStateFile bounds every JSON file the shim reads: they are a few hundred bytes.
 const maxStateFile = 1 << 20
 
-// writeJSON replaces a file atomically (temporary file, fsync, rename), so a reader sees
-// the old or the new content, never a torn one.
+// writeJSON replaces a state file atomically.
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
+	return WriteFileAtomic(path, append(b, '\n'), 0o644)
+}
+
+// WriteFileAtomic replaces a file (temporary file, fsync, rename), so a reader sees the old
+// or the new content, never a torn one. Every host file Brewlet writes goes through it.
+func WriteFileAtomic(path string, b []byte, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
@@ -26,11 +31,11 @@ func writeJSON(path string, v any) error {
 	}
 	tmp := f.Name()
 	defer func() { _ = os.Remove(tmp) }()
-	if _, err := f.Write(append(b, '\n')); err != nil {
+	if _, err := f.Write(b); err != nil {
 		_ = f.Close()
 		return err
 	}
-	if err := f.Chmod(0o644); err != nil {
+	if err := f.Chmod(mode); err != nil {
 		_ = f.Close()
 		return err
 	}

@@ -113,3 +113,42 @@ func (l Layout) Current(id string) (Ref, error) {
 	}
 	return Ref{Epoch: epoch, Generation: n}, nil
 }
+
+// RuntimeIDs lists the runtime IDs that have state on the node.
+func (l Layout) RuntimeIDs() ([]string, error) {
+	ents, err := os.ReadDir(l.Runtimes)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && checkID(e.Name()) == nil {
+			out = append(out, e.Name())
+		}
+	}
+	return out, err
+}
+
+// Generations lists the installed generations of a runtime ID, of every epoch.
+func (l Layout) Generations(id string) ([]Ref, error) {
+	epochs, err := os.ReadDir(l.RuntimeDir(id))
+	if err != nil {
+		return nil, err
+	}
+	var out []Ref
+	for _, e := range epochs {
+		if !e.IsDir() || checkEpoch(e.Name()) != nil {
+			continue
+		}
+		gens, err := os.ReadDir(filepath.Join(l.RuntimeDir(id), e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		for _, g := range gens {
+			if n, err := strconv.ParseInt(g.Name(), 10, 64); err == nil && n > 0 {
+				out = append(out, Ref{Epoch: e.Name(), Generation: n})
+			}
+		}
+	}
+	return out, nil
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 
+	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -179,14 +180,14 @@ func (c *Containerd) apply(ctx context.Context, path string, body []byte, want b
 	}
 	restore := func() error {
 		if existed {
-			return writeFileAtomic(path, old)
+			return hoststate.WriteFileAtomic(path, old, 0o644)
 		}
 		return os.Remove(path)
 	}
 	if body == nil {
 		err = os.Remove(path)
 	} else {
-		err = writeFileAtomic(path, body)
+		err = hoststate.WriteFileAtomic(path, body, 0o644)
 	}
 	if err != nil {
 		return Change{}, err
@@ -248,15 +249,4 @@ func lastLines(s string, n int) string {
 		l = l[len(l)-n:]
 	}
 	return strings.Join(l, "\n")
-}
-
-func writeFileAtomic(path string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp := path + ".brewlet-tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

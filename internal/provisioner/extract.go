@@ -90,7 +90,7 @@ func (x extractor) entry(e artifact.Entry, h *tar.Header, body io.Reader) error 
 	name := filepath.Join(dir, path.Base(e.Path))
 	switch e.Type {
 	case artifact.TypeWhiteout:
-		if err := removeExisting(name, false); err != nil {
+		if err := removeExisting(name); err != nil {
 			return err
 		}
 		return unix.Mknod(name, unix.S_IFCHR, 0)
@@ -103,7 +103,7 @@ func (x extractor) entry(e artifact.Entry, h *tar.Header, body io.Reader) error 
 			return unix.Lsetxattr(name, opaqueXattr, []byte("y"), 0)
 		}
 		if fi, err := os.Lstat(name); err != nil || !fi.IsDir() {
-			if err := removeExisting(name, false); err != nil {
+			if err := removeExisting(name); err != nil {
 				return err
 			}
 			if err := os.Mkdir(name, 0o755); err != nil {
@@ -111,7 +111,7 @@ func (x extractor) entry(e artifact.Entry, h *tar.Header, body io.Reader) error 
 			}
 		}
 	case artifact.TypeFile:
-		if err := removeExisting(name, false); err != nil {
+		if err := removeExisting(name); err != nil {
 			return err
 		}
 		f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
@@ -126,7 +126,7 @@ func (x extractor) entry(e artifact.Entry, h *tar.Header, body io.Reader) error 
 			return err
 		}
 	case artifact.TypeSymlink:
-		if err := removeExisting(name, false); err != nil {
+		if err := removeExisting(name); err != nil {
 			return err
 		}
 		if err := os.Symlink(e.Linkname, name); err != nil {
@@ -141,14 +141,14 @@ func (x extractor) entry(e artifact.Entry, h *tar.Header, body io.Reader) error 
 		if err != nil {
 			return err
 		}
-		if err := removeExisting(name, false); err != nil {
+		if err := removeExisting(name); err != nil {
 			return err
 		}
 		// The new name shares the target's inode and attributes: setting them again could
 		// follow a symlink the link points at.
 		return os.Link(filepath.Join(tdir, path.Base(target)), name)
 	case artifact.TypeFIFO:
-		if err := removeExisting(name, false); err != nil {
+		if err := removeExisting(name); err != nil {
 			return err
 		}
 		if err := unix.Mkfifo(name, 0o600); err != nil {
@@ -187,7 +187,7 @@ func (x extractor) attributes(name string, e artifact.Entry) error {
 }
 
 // removeExisting clears the way for an entry that replaces an earlier one of the layer.
-func removeExisting(name string, keepDir bool) error {
+func removeExisting(name string) error {
 	fi, err := os.Lstat(name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -196,9 +196,6 @@ func removeExisting(name string, keepDir bool) error {
 		return err
 	}
 	if fi.IsDir() {
-		if keepDir {
-			return nil
-		}
 		return os.RemoveAll(name)
 	}
 	return os.Remove(name)

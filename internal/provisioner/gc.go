@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -51,16 +50,12 @@ func (c *Collector) Collect() (Collected, error) {
 	for _, l := range leases {
 		leased[l.ID+"/"+l.Epoch+"/"+strconv.FormatInt(l.Generation, 10)] = true
 	}
-	ids, err := os.ReadDir(c.Layout.Runtimes)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	ids, err := c.Layout.RuntimeIDs()
+	if err != nil {
 		return out, err
 	}
 	inUse := map[string]bool{} // layers of every generation that stays
-	for _, d := range ids {
-		if !d.IsDir() {
-			continue
-		}
-		id := d.Name()
+	for _, id := range ids {
 		err := c.Layout.CollectUnder(id, func() error {
 			removed, kept, err := c.collectID(id, leased, string(mounts), now)
 			out.Generations = append(out.Generations, removed...)
@@ -94,51 +89,37 @@ func (c *Collector) Collect() (Collected, error) {
 // returns the layers the remaining ones use.
 func (c *Collector) collectID(id string, leased map[string]bool, mounts string, now time.Time) (removed, keptLayers []string, err error) {
 	cur, cerr := c.Layout.Current(id)
+	keepCurrent := cerr == nil
 	// A revoked ID (no longer offered, RuntimeImage deleted or unapproved) is removed from the
 	// node once unused, its current generation included; the revoked authorization stays as
 	// the fail-closed marker the shim reads.
 	if auth, aerr := c.Layout.ReadAuthorization(id); aerr == nil && auth.Revoked && c.old(c.Layout.AuthorizationFile(id), now) {
-		cerr = errors.New("revoked")
+		keepCurrent = false
 	}
-	epochs, err := os.ReadDir(c.Layout.RuntimeDir(id))
+	refs, err := c.Layout.Generations(id)
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, e := range epochs {
-		if !e.IsDir() {
+	for _, ref := range refs {
+		meta, merr := c.Layout.ReadGeneration(id, ref)
+		key := id + "/" + ref.String()
+		dir := c.Layout.GenerationDir(id, ref.Epoch, ref.Generation)
+		if (keepCurrent && cur == ref) || leased[key] || merr != nil || !c.old(dir, now) || c.mounted(meta, mounts) {
+			if merr == nil {
+				for _, l := range meta.Layers {
+					keptLayers = append(keptLayers, strings.TrimPrefix(l, "sha256:"))
+				}
+			}
 			continue
 		}
-		gens, err := os.ReadDir(filepath.Join(c.Layout.RuntimeDir(id), e.Name()))
-		if err != nil {
+		_ = os.Chmod(dir, 0o755) // generation directories are read-only
+		if err := os.RemoveAll(dir); err != nil {
 			return removed, keptLayers, err
 		}
-		for _, g := range gens {
-			n, perr := strconv.ParseInt(g.Name(), 10, 64)
-			if perr != nil {
-				continue
-			}
-			ref := hoststate.Ref{Epoch: e.Name(), Generation: n}
-			meta, merr := c.Layout.ReadGeneration(id, ref)
-			key := id + "/" + ref.String()
-			dir := c.Layout.GenerationDir(id, ref.Epoch, ref.Generation)
-			isCurrent := cerr == nil && cur == ref
-			if isCurrent || leased[key] || merr != nil || !c.old(dir, now) || c.mounted(meta, mounts) {
-				if merr == nil {
-					for _, l := range meta.Layers {
-						keptLayers = append(keptLayers, strings.TrimPrefix(l, "sha256:"))
-					}
-				}
-				continue
-			}
-			_ = os.Chmod(dir, 0o755) // generation directories are read-only
-			if err := os.RemoveAll(dir); err != nil {
-				return removed, keptLayers, err
-			}
-			if cur == ref {
-				_ = os.Remove(c.Layout.CurrentLink(id))
-			}
-			removed = append(removed, key)
+		if cerr == nil && cur == ref {
+			_ = os.Remove(c.Layout.CurrentLink(id))
 		}
+		removed = append(removed, key)
 	}
 	return removed, keptLayers, nil
 }

@@ -2,7 +2,6 @@ package provisioner
 
 import (
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -69,33 +68,20 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector by reading the host state.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	l := m.Layout
-	ids, _ := os.ReadDir(l.Runtimes)
-	for _, d := range ids {
-		if !d.IsDir() {
-			continue
-		}
-		cur, cerr := l.Current(d.Name())
+	ids, _ := l.RuntimeIDs()
+	for _, id := range ids {
+		cur, cerr := l.Current(id)
 		counts := map[string]float64{"current": 0, "retained": 0}
-		epochs, _ := os.ReadDir(l.RuntimeDir(d.Name()))
-		for _, e := range epochs {
-			if !e.IsDir() {
-				continue
-			}
-			gens, _ := os.ReadDir(filepath.Join(l.RuntimeDir(d.Name()), e.Name()))
-			for _, g := range gens {
-				n, err := strconv.ParseInt(g.Name(), 10, 64)
-				if err != nil {
-					continue
-				}
-				if cerr == nil && cur.Epoch == e.Name() && cur.Generation == n {
-					counts["current"]++
-				} else {
-					counts["retained"]++
-				}
+		refs, _ := l.Generations(id)
+		for _, r := range refs {
+			if cerr == nil && cur == r {
+				counts["current"]++
+			} else {
+				counts["retained"]++
 			}
 		}
 		for state, v := range counts {
-			ch <- prometheus.MustNewConstMetric(m.generations, prometheus.GaugeValue, v, d.Name(), state)
+			ch <- prometheus.MustNewConstMetric(m.generations, prometheus.GaugeValue, v, id, state)
 		}
 	}
 	var size int64

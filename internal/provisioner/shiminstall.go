@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -19,9 +20,5 @@ func InstallShim(src, dir string) (bool, error) {
 	if have, err := os.ReadFile(dst); err == nil && bytes.Equal(have, want) {
 		return false, nil
 	}
-	tmp := dst + ".brewlet-tmp"
-	if err := os.WriteFile(tmp, want, 0o755); err != nil {
-		return false, err
-	}
-	return true, os.Rename(tmp, dst)
+	return true, hoststate.WriteFileAtomic(dst, want, 0o755)
 }

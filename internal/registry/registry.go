@@ -68,9 +68,6 @@ func Options(ctx context.Context, extra ...remote.Option) []remote.Option {
 	return append([]remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)}, extra...)
 }
 
-// PlatformString renders a platform as os/arch[/variant].
-func PlatformString(p v1.Platform) string { return p.String() }
-
 // ParsePlatform parses os/arch[/variant].
 func ParsePlatform(s string) (v1.Platform, error) {
 	p, err := v1.ParsePlatform(s)

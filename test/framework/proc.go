@@ -76,14 +76,6 @@ func (p *Process) Stop(grace time.Duration) {
 	}
 }
 
-// Kill sends SIGKILL at once (a crash, for tests of recovery).
-func (p *Process) Kill() {
-	if p.Alive() {
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-	}
-}
-
 // Tail returns the last n lines of the process's log.
 func (p *Process) Tail(n int) string { return tailFile(p.LogPath, n) }
 
