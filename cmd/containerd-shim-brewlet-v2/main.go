@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 
-	"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/manager"
 	"github.com/containerd/containerd/v2/pkg/shim"
 
 	brewletshim "brewlet.sh/brewlet/internal/shim"
@@ -14,5 +13,5 @@ import (
 
 func main() {
 	brewletshim.Register()
-	shim.RunShim(context.Background(), manager.NewShimManager(vocab.ShimRuntimeType))
+	shim.RunShim(context.Background(), brewletshim.NewManager(vocab.ShimRuntimeType))
 }

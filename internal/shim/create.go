@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
+	"github.com/containerd/log"
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -73,6 +75,9 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		return s.TTRPCTaskService.Create(ctx, r)
 	}
 	l := layout()
+	if err := markBundle(r.Bundle); err != nil {
+		return nil, refusal(err)
+	}
 	leased := false
 	release := func() {
 		if leased {
@@ -105,6 +110,9 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 			"pods with runtimeClassName %s need the annotation %s naming a RuntimeImage (e.g. python-3.12)", vocab.RuntimeClassName, vocab.AnnotationRuntimeImage)
 	}
 	if err := vocab.ValidateRuntimeID(id); err != nil {
+		return err
+	}
+	if err := checkSpec(spec, readHostFacts(cmp.Or(os.Getenv(vocab.EnvDevRoot), "/dev")), cmp.Or(r.Checkpoint, r.ParentCheckpoint)); err != nil {
 		return err
 	}
 	launchDir, app, mount, err := snapshotLayers(r.Rootfs)
@@ -159,6 +167,11 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 	if err != nil {
 		return err
 	}
+	// The OnDemand wait and validation can take seconds: the fence and the authorization
+	// are read again just before anything is handed to runc.
+	if err := recheck(l, id, gen); err != nil {
+		return err
+	}
 	var rt []string
 	for _, d := range gen.Layers {
 		rt = append(rt, l.LayerDir(strings.TrimPrefix(d, "sha256:")))
@@ -177,18 +190,43 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 		return err
 	}
 	applyProcessRules(spec.Process, st)
+	neutralizeSpec(spec)
 	// Packaged /app is read-only to the process: a read-only bind of the composed /app.
 	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/app", Type: "bind",
 		Source: filepath.Join(r.Bundle, "rootfs", "app"), Options: []string{"rbind", "ro"}})
 	return writeSpec(r.Bundle, spec)
 }
 
-// onDemandWait bounds how long a container start waits for an OnDemand install.
+// maxOnDemandWait is the longest a container start waits for an OnDemand install
+// (SPEC.md §6): the kubelet retries, and a create must never hang on a slow registry.
+const maxOnDemandWait = 30 * time.Second
+
+// onDemandWait is the configured wait, never above maxOnDemandWait.
 func onDemandWait() time.Duration {
 	if d, err := time.ParseDuration(os.Getenv(vocab.EnvOnDemandWait)); err == nil && d > 0 {
-		return d
+		return min(d, maxOnDemandWait)
 	}
-	return 30 * time.Second
+	return maxOnDemandWait
+}
+
+// recheck repeats the fence and authorization decisions for the leased generation: a
+// revocation, an expiry or an agent restart during the create refuses it.
+func recheck(l hoststate.Layout, id string, gen hoststate.Generation) error {
+	if err := l.CheckFence(); err != nil {
+		return err
+	}
+	auth, err := l.ReadAuthorization(id)
+	if err != nil {
+		return err
+	}
+	if err := auth.Check(time.Now()); err != nil {
+		return err
+	}
+	if auth.Epoch != gen.Epoch {
+		return vocab.Errorf(vocab.ReasonRuntimeImageEpochMismatch,
+			"%s was recreated while this container was being created (installed epoch %s, authorized %s); the kubelet retries once the provisioner installs the new one", id, gen.Epoch, auth.Epoch)
+	}
+	return nil
 }
 
 // waitOnDemand asks the agent to install an OnDemand runtime and waits for it, bounded.
@@ -247,6 +285,9 @@ func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*emp
 	if !ok {
 		return nil, refusal(fmt.Errorf("exec process has type %T", v))
 	}
+	if why := processPrivilege(p); why != "" {
+		return nil, refusal(vocab.Errorf(vocab.ReasonPrivilegeNotSupported, "exec %s in container %s: %s", r.ExecID, r.ID, why))
+	}
 	// Whatever the request asks for, the session runs as the container does.
 	p.User = specs.User{UID: st.UID, GID: st.GID, AdditionalGids: st.AdditionalGids}
 	applyProcessRules(p, st)
@@ -263,10 +304,8 @@ func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*emp
 func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
 	resp, err := s.TTRPCTaskService.Delete(ctx, r)
 	if err == nil && r.ExecID == "" {
-		l := layout()
-		if _, serr := os.Stat(l.ContainerDir(r.ID)); serr == nil {
-			_ = l.ReleaseLease(r.ID)
-			_ = os.RemoveAll(l.ContainerDir(r.ID))
+		if rerr := releaseContainer(layout(), bundleOf(r.ID), r.ID); rerr != nil {
+			log.G(ctx).WithError(rerr).Warn("brewlet: lease kept after delete; GC keeps its generation")
 		}
 	}
 	return resp, err

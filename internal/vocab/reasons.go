@@ -37,6 +37,14 @@ const (
 	// Process rules (shim).
 	ReasonRootNotSupported     Reason = "RootNotSupported"
 	ReasonExecStateUnavailable Reason = "ExecStateUnavailable"
+	// PrivilegeNotSupported: the container spec asks for more than Brewlet's process
+	// boundary allows (host devices, host namespaces, device-owning groups, restore from a
+	// checkpoint, ...), whatever admission let through.
+	ReasonPrivilegeNotSupported Reason = "PrivilegeNotSupported"
+
+	// Bounds (shim validation, provisioner installs): an input larger or slower than the
+	// node accepts (entries, path bytes, uncompressed bytes, deadlines).
+	ReasonLimitExceeded Reason = "LimitExceeded"
 
 	// Runtime (golden) image validation and installation (CLI, provisioner).
 	ReasonInvalidRuntimePath     Reason = "InvalidRuntimePath"

@@ -155,3 +155,7 @@ const EnvHostPrefix = "BREWLET_HOST_PREFIX"
 
 // EnvOnDemandWait bounds the shim's wait for an OnDemand install (default 30s).
 const EnvOnDemandWait = "BREWLET_ONDEMAND_WAIT"
+
+// EnvDevRoot relocates the device tree the shim scans for device-owning groups (tests;
+// default /dev).
+const EnvDevRoot = "BREWLET_DEV_ROOT"

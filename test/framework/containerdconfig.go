@@ -41,8 +41,10 @@ func containerdConfig(n *Node, runc string) ([]byte, error) {
 		"plugins": map[string]any{
 			"io.containerd.shim.v1.manager": map[string]any{
 				"socket_dir": filepath.Join(n.Dir, "s"),
-				// The shim finds the node's Brewlet state under the instance directory.
-				"env": []string{vocab.EnvHostPrefix + "=" + n.HostPrefix, vocab.EnvOnDemandWait + "=20s"},
+				// The shim finds the node's Brewlet state under the instance directory, and
+				// scans a device tree the test controls for device-owning groups.
+				"env": []string{vocab.EnvHostPrefix + "=" + n.HostPrefix, vocab.EnvOnDemandWait + "=20s",
+					vocab.EnvDevRoot + "=" + n.DevRoot()},
 			},
 			"io.containerd.nri.v1.nri":      map[string]any{"disable": true},
 			"io.containerd.internal.v1.opt": map[string]any{"path": filepath.Join(n.Dir, "opt")},
@@ -69,3 +71,7 @@ func containerdConfig(n *Node, runc string) ([]byte, error) {
 	}
 	return toml.Marshal(cfg)
 }
+
+// DevRoot is the device tree this node's shims scan for groups that own device nodes
+// (the node's /dev in production). Tests create device nodes in it; it starts empty.
+func (n *Node) DevRoot() string { return filepath.Join(n.Dir, "dev") }

@@ -1,0 +1,238 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/framework"
+)
+
+// probePy prints what the kernel says about the process's confinement.
+const probePy = `import os, stat
+s = open('/proc/self/status').read()
+print([l for l in s.splitlines() if l.startswith(('Seccomp:', 'CapEff', 'NoNewPrivs'))])
+present = [p for p in ('/proc/kcore', '/proc/keys', '/proc/timer_list', '/proc/interrupts') if os.path.exists(p)]
+print('masked', len(present) > 0 and all(stat.S_ISCHR(os.stat(p).st_mode) for p in present), present)
+ro = [l.split()[4] for l in open('/proc/self/mountinfo') if l.split()[5].split(',')[0] == 'ro']
+print('ro-proc-sys', '/proc/sys' in ro, 'ro-sys', '/sys' in ro)
+print('devices', sorted(os.listdir('/dev')))
+`
+
+// startWithSandbox starts a brewlet pod whose sandbox has the given security context.
+func (d *dataPath) startWithSandbox(t *testing.T, sandbox *runtimeapi.LinuxSandboxSecurityContext, mutate func(*runtimeapi.ContainerConfig)) (string, *runtimeapi.PodSandboxConfig, error) {
+	t.Helper()
+	d.podIdx++
+	pod := d.n.PodConfig(fmt.Sprintf("confine-%d", d.podIdx), map[string]string{vocab.AnnotationRuntimeImage: pyID})
+	pod.Linux.SecurityContext = sandbox
+	ctx := context.Background()
+	podID, err := d.n.RunPod(ctx, pod, vocab.RuntimeClassName)
+	if err != nil {
+		t.Fatalf("run pod: %v", err)
+	}
+	c := framework.ContainerConfig("app", d.app)
+	c.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{
+		RunAsUser: &runtimeapi.Int64Value{Value: 10001}, RunAsGroup: &runtimeapi.Int64Value{Value: 10001}}
+	if mutate != nil {
+		mutate(c)
+	}
+	cid, err := d.n.CreateStart(ctx, podID, pod, c)
+	return cid, pod, err
+}
+
+// The shim judges the whole container spec: a privileged pod, host namespaces and groups
+// that own host devices are refused; an unconfined seccomp filter and missing masked paths
+// are closed, proven from inside the container and against the stock runc handler.
+func TestShimConfinesTheWholeSpec(t *testing.T) {
+	d := newDataPath(t)
+
+	t.Run("privileged pod is refused", func(t *testing.T) {
+		_, _, err := d.startWithSandbox(t, &runtimeapi.LinuxSandboxSecurityContext{Privileged: true}, func(c *runtimeapi.ContainerConfig) {
+			c.Linux.SecurityContext.Privileged = true
+		})
+		expectReason(t, err, vocab.ReasonPrivilegeNotSupported)
+		if !strings.Contains(err.Error(), "host device") {
+			t.Errorf("refusal does not name the host devices: %v", err)
+		}
+	})
+
+	for _, tc := range []struct {
+		name string
+		ns   *runtimeapi.NamespaceOption
+		want string
+	}{
+		{"hostNetwork", &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}, "hostNetwork"},
+		{"hostPID", &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_NODE}, "hostPID"},
+		{"hostIPC", &runtimeapi.NamespaceOption{Ipc: runtimeapi.NamespaceMode_NODE}, "hostIPC"},
+	} {
+		t.Run(tc.name+" is refused", func(t *testing.T) {
+			_, _, err := d.startWithSandbox(t, &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: tc.ns}, func(c *runtimeapi.ContainerConfig) {
+				c.Linux.SecurityContext.NamespaceOptions = tc.ns
+			})
+			expectReason(t, err, vocab.ReasonPrivilegeNotSupported)
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("refusal does not name %s: %v", tc.want, err)
+			}
+		})
+	}
+
+	t.Run("a supplementary group that owns a host device is refused", func(t *testing.T) {
+		gid, dev := hostDeviceGroup(t, d.n)
+		_, _, err := d.startWithSandbox(t, nil, func(c *runtimeapi.ContainerConfig) {
+			c.Linux.SecurityContext.SupplementalGroups = []int64{int64(gid)}
+		})
+		expectReason(t, err, vocab.ReasonPrivilegeNotSupported)
+		if !strings.Contains(err.Error(), dev) {
+			t.Errorf("refusal does not name %s: %v", dev, err)
+		}
+	})
+
+	t.Run("unconfined seccomp and no masked paths are closed", func(t *testing.T) {
+		unconfined := func(c *runtimeapi.ContainerConfig) {
+			c.Command = []string{"python", "-c", probePy}
+			c.Linux.SecurityContext.Seccomp = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}
+			// What a crictl user gets, and what procMount: Unmasked asks for: no masked or
+			// read-only paths at all.
+			c.Linux.SecurityContext.MaskedPaths = nil
+			c.Linux.SecurityContext.ReadonlyPaths = nil
+		}
+		cid, pod, err := d.startWithSandbox(t, nil, unconfined)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := d.output(t, cid, pod)
+		t.Logf("brewlet container:\n%s", out)
+		for _, want := range []string{`Seccomp:\t2`, `CapEff:\t0000000000000000`, `NoNewPrivs:\t1`, "masked True", "ro-proc-sys True ro-sys True"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("inside the container: lacks %q:\n%s", want, out)
+			}
+		}
+		// The same request on the stock runc handler really is unconfined: the check above
+		// can fail.
+		stock := stockProbe(t, d.n)
+		t.Logf("stock runc container with the same request:\n%s", stock)
+		if !strings.Contains(stock, "Seccomp:\t0") {
+			t.Errorf("control: the stock handler confined an Unconfined request, so the test proves nothing:\n%s", stock)
+		}
+	})
+
+	t.Run("a crashed shim's lease and exec state are released by its delete", func(t *testing.T) {
+		cid, pod, err := d.startWithSandbox(t, nil, func(c *runtimeapi.ContainerConfig) {
+			c.Command = []string{"python", "-c", "import time; time.sleep(3600)"}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(d.host.LeaseFile(cid)); err != nil {
+			t.Fatalf("no lease for a running container: %v", err)
+		}
+		pid := shimPID(t, d.n, pod.Metadata.Uid)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			_, lerr := os.Stat(d.host.LeaseFile(cid))
+			_, serr := os.Stat(d.host.ContainerDir(cid))
+			if os.IsNotExist(lerr) && os.IsNotExist(serr) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("60s after the shim was killed: lease %v, exec state %v (want both gone)", lerr, serr)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	})
+}
+
+// hostDeviceGroup makes a device node owned by a non-root group in the device tree the
+// node's shims scan (the node's /dev in production), as a disk owned by group "disk" is.
+func hostDeviceGroup(t *testing.T, n *framework.Node) (uint32, string) {
+	t.Helper()
+	const gid = 4242
+	dev := filepath.Join(n.DevRoot(), "disk0")
+	if err := os.MkdirAll(n.DevRoot(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mknod(dev, syscall.S_IFBLK|0o660, 7<<8|200); err != nil {
+		t.Fatalf("mknod %s: %v", dev, err)
+	}
+	if err := os.Lchown(dev, 0, gid); err != nil {
+		t.Fatal(err)
+	}
+	return gid, dev
+}
+
+// stockProbe runs the probe's seccomp line in busybox on the stock runc handler, asking for
+// Unconfined.
+func stockProbe(t *testing.T, n *framework.Node) string {
+	t.Helper()
+	ctx := context.Background()
+	pod := n.PodConfig("stock-probe", nil)
+	podID, err := n.RunPod(ctx, pod, "runc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := framework.ContainerConfig("app", n.BusyboxImage, "grep", "Seccomp:", "/proc/self/status")
+	c.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{
+		RunAsUser: &runtimeapi.Int64Value{Value: 10001}, Seccomp: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}}
+	cid, err := n.CreateStart(ctx, podID, pod, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		st, err := n.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: cid})
+		if err == nil && st.Status.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+			b, _ := os.ReadFile(filepath.Join(pod.LogDirectory, "app.log"))
+			return string(b)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatal("stock probe did not exit")
+	return ""
+}
+
+// shimPID finds the shim serving a pod: the brewlet shim whose command line names this
+// node's containerd socket and the pod's sandbox ID.
+func shimPID(t *testing.T, n *framework.Node, podUID string) int {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := n.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sandboxID string
+	for _, p := range pods.Items {
+		if p.Metadata.Uid == podUID {
+			sandboxID = p.Id
+		}
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 0 && strings.HasSuffix(args[0], "containerd-shim-brewlet-v2") && strings.Contains(string(b), sandboxID) &&
+			strings.Contains(string(b), n.Socket) {
+			return pid
+		}
+	}
+	t.Fatalf("no brewlet shim found for sandbox %s", sandboxID)
+	return 0
+}
