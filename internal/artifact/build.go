@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"fmt"
 	"io"
 	"io/fs"
@@ -198,7 +199,7 @@ func BuildImage(layers []RoleLayer, l *Launch, platform v1.Platform) (v1.Image, 
 	for _, rl := range layers {
 		readers = append(readers, bytes.NewReader(rl.Tar))
 	}
-	if err := ValidateTarLayers(readers, nil); err != nil {
+	if err := ValidateTarLayers(context.Background(), readers, nil, DefaultLimits()); err != nil {
 		return nil, err
 	}
 	launchTar, err := LaunchLayerTar(l)

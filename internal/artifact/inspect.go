@@ -2,6 +2,7 @@ package artifact
 
 import (
 	"archive/tar"
+	"context"
 	"fmt"
 	"io"
 
@@ -147,7 +148,7 @@ func Verify(img v1.Image) (*Report, error) {
 		readers = append(readers, rc)
 		names = append(names, fmt.Sprintf("%s layer %d (%s)", rep.Layers[i].Role, i+1, rep.Layers[i].Digest))
 	}
-	if err := ValidateTarLayers(readers, names); err != nil {
+	if err := ValidateTarLayers(context.Background(), readers, names, DefaultLimits()); err != nil {
 		return nil, err
 	}
 	return rep, nil

@@ -3,6 +3,7 @@ package artifact
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"os"
@@ -156,10 +157,25 @@ var corpus = []corpusCase{
 	{name: "setgid dir", layers: [][]ent{{dir("app"), {name: "app/shared", typ: tar.TypeDir, mode: 0o2755}}}, rule: RuleSetID, path: "app/shared"},
 	{name: "xattr", layers: [][]ent{{dir("app"), {name: "app/x", typ: tar.TypeReg, mode: 0o644, xattrs: map[string]string{"user.evil": "1"}}}}, rule: RuleXattr, path: "app/x"},
 	{name: "file capability", layers: [][]ent{{dir("app"), {name: "app/cap", typ: tar.TypeReg, mode: 0o755, xattrs: map[string]string{"security.capability": "\x01\x00\x00\x02"}}}}, rule: RuleXattr, path: "app/cap", tarOnly: true},
+	{name: "opaque marker not y", layers: [][]ent{{dir("app"), dir("app/d")}, {dir("app"), opaqueDir("app/d", "n")}}, rule: RuleXattr, path: "app/d"},
+	{name: "opaque marker in the user namespace", layers: [][]ent{{dir("app"), {name: "app/d", typ: tar.TypeDir, mode: 0o755, xattrs: map[string]string{"user.overlay.opaque": "y"}}}}, rule: RuleXattr, path: "app/d"},
+	{name: "overlay redirect", layers: [][]ent{{dir("app"), {name: "app/d", typ: tar.TypeDir, mode: 0o755, xattrs: map[string]string{"trusted.overlay.redirect": "/etc"}}}}, rule: RuleXattr, path: "app/d"},
+	{name: "overlay metacopy", layers: [][]ent{{dir("app"), {name: "app/f", typ: tar.TypeReg, mode: 0o644, xattrs: map[string]string{"trusted.overlay.metacopy": ""}}}}, rule: RuleXattr, path: "app/f"},
 	{name: "whiteout outside app", layers: [][]ent{{file(".wh.usr")}}, rule: RuleWhiteout, path: "usr"},
 	{name: "opaque outside app", layers: [][]ent{{dir("etc"), file("etc/.wh..wh..opq")}}, rule: RuleWhiteout, path: "etc"},
 	{name: "unreadable file", layers: [][]ent{{dir("app"), {name: "app/secret", typ: tar.TypeReg, mode: 0o600}}}, rule: RuleUnreadable, path: "app/secret"},
 	{name: "non-searchable directory", layers: [][]ent{{dir("app"), {name: "app/private", typ: tar.TypeDir, mode: 0o750}}}, rule: RuleNotSearchable, path: "app/private"},
+}
+
+func unbounded() *Budget { return NewBudget(context.Background(), DefaultLimits()) }
+
+func mustValidate(t testing.TB, layers [][]Entry) []Violation {
+	t.Helper()
+	vs, err := Validate(unbounded(), layers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vs
 }
 
 func hasViolation(vs []Violation, rule, path string) bool {
@@ -183,14 +199,14 @@ func TestLayerRulesTar(t *testing.T) {
 			for _, l := range tc.layers {
 				b := tarLayer(t, l)
 				readers = append(readers, bytes.NewReader(b))
-				es, vs, err := TarEntries(bytes.NewReader(b))
+				es, vs, err := TarEntries(bytes.NewReader(b), unbounded(), "layer")
 				if err != nil {
 					t.Fatal(err)
 				}
 				all, pre = append(all, es), append(pre, vs...)
 			}
-			vs := append(pre, Validate(all)...)
-			err := ValidateTarLayers(readers, nil)
+			vs := append(pre, mustValidate(t, all)...)
+			err := ValidateTarLayers(context.Background(), readers, nil, DefaultLimits())
 			checkVerdict(t, tc, vs, err)
 		})
 	}
@@ -219,13 +235,13 @@ func TestLayerRulesDir(t *testing.T) {
 			}
 			var all [][]Entry
 			for _, d := range dirs {
-				es, err := DirEntries(d)
+				es, err := DirEntries(d, unbounded(), "layer")
 				if err != nil {
 					t.Fatal(err)
 				}
 				all = append(all, es)
 			}
-			checkVerdict(t, tc, Validate(all), ValidateDirLayers(dirs, nil))
+			checkVerdict(t, tc, mustValidate(t, all), ValidateDirLayers(context.Background(), dirs, nil, DefaultLimits()))
 		})
 	}
 }
@@ -259,12 +275,12 @@ func FuzzValidateTarLayer(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		err := ValidateTarLayers([]io.Reader{bytes.NewReader(b)}, nil)
+		err := ValidateTarLayers(context.Background(), []io.Reader{bytes.NewReader(b)}, nil, DefaultLimits())
 		if err != nil {
 			return
 		}
 		// An accepted layer holds nothing but readable, plain entries under app/.
-		es, vs, rerr := TarEntries(bytes.NewReader(b))
+		es, vs, rerr := TarEntries(bytes.NewReader(b), unbounded(), "layer")
 		if rerr != nil || len(vs) > 0 {
 			t.Fatalf("accepted a layer whose entries do not read cleanly: %v %v", rerr, vs)
 		}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"sort"
 	"strings"
 )
 
@@ -14,14 +15,15 @@ const (
 	paxXattr       = "SCHILY.xattr."
 )
 
-// opaqueXattrs are the overlay opaque markers a directory may carry.
-var opaqueXattrs = map[string]bool{"trusted.overlay.opaque": true, "user.overlay.opaque": true}
-
-// TarEntries reads a layer tar stream into entries. Entries whose path itself breaks a
-// rule (absolute, '..', unknown type) are returned as violations instead.
-func TarEntries(r io.Reader) ([]Entry, []Violation, error) {
+// TarEntries reads a layer tar stream (named where in refusals) into entries, counting
+// them against the layer set's budget. Entries whose path itself breaks a rule (absolute,
+// '..', unknown type) are returned as violations instead.
+func TarEntries(r io.Reader, b *Budget, where string) ([]Entry, []Violation, error) {
 	var out []Entry
 	vs, err := ReadTar(r, func(e Entry, _ io.Reader) error {
+		if err := b.Take(where, e); err != nil {
+			return err
+		}
 		out = append(out, e)
 		return nil
 	})
@@ -67,24 +69,14 @@ func ReadTarHeaders(r io.Reader, fn func(Entry, *tar.Header, io.Reader) error) (
 		if h.Mode&0o2000 != 0 {
 			e.Mode |= fs.ModeSetgid
 		}
-		for k, val := range h.PAXRecords {
-			if name, ok := strings.CutPrefix(k, paxXattr); ok {
-				if opaqueXattrs[name] && val == "y" {
-					e.Opaque = true
-				} else {
-					e.Xattrs = append(e.Xattrs, name)
-					if e.XattrValues == nil {
-						e.XattrValues = map[string]string{}
-					}
-					e.XattrValues[name] = val
-				}
-			}
-		}
 		base := path.Base(p)
 		switch {
 		case base == opaqueMarker:
 			e.Path, e.Type, e.Opaque = path.Dir(p), TypeDir, true
 			e.Mode = 0o755
+		case base == whiteoutPrefix:
+			vs = append(vs, Violation{Path: h.Name, Rule: RuleEntryType, Hint: "a whiteout must name the entry it deletes"})
+			continue
 		case strings.HasPrefix(base, whiteoutPrefix):
 			e.Path, e.Type = path.Join(path.Dir(p), strings.TrimPrefix(base, whiteoutPrefix)), TypeWhiteout
 		default:
@@ -106,10 +98,30 @@ func ReadTarHeaders(r io.Reader, fn func(Entry, *tar.Header, io.Reader) error) (
 				continue
 			}
 		}
+		paxXattrs(&e, h.PAXRecords)
 		if err := fn(e, h, tr); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// paxXattrs records an entry's extended attributes, all of them for the rules to judge.
+// None makes a directory opaque: in a tar stream that is the .wh..wh..opq marker's job, and
+// neither unpacker sets an overlay attribute from an archive (containerd drops every
+// trusted.* one, Brewlet's installer refuses them), so the kernel would not see it either.
+func paxXattrs(e *Entry, recs map[string]string) {
+	for k, val := range recs {
+		name, ok := strings.CutPrefix(k, paxXattr)
+		if !ok {
+			continue
+		}
+		e.Xattrs = append(e.Xattrs, name)
+		if e.XattrValues == nil {
+			e.XattrValues = map[string]string{}
+		}
+		e.XattrValues[name] = val
+	}
+	sort.Strings(e.Xattrs)
 }
 
 func isSparse(h *tar.Header) bool {

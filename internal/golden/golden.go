@@ -6,6 +6,7 @@ package golden
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"io/fs"
@@ -33,28 +34,55 @@ type Root struct {
 	files map[string][]byte // captured account files
 }
 
-// IndexTarLayers composes uncompressed runtime layers, lowest first. Entries with absolute
-// or '..' paths make the whole image invalid.
+// IndexTarLayers composes uncompressed runtime layers, lowest first, as the node's
+// installer will extract them. Entries with absolute or '..' paths, or with overlay
+// attributes, make the whole image invalid.
 func IndexTarLayers(layers []io.Reader) (*Root, error) {
+	b := artifact.NewBudget(context.Background(), artifact.DefaultLimits())
 	r := &Root{view: artifact.NewView(), files: map[string][]byte{}}
 	for i, l := range layers {
+		where := fmt.Sprintf("runtime layer %d", i+1)
 		var entries []artifact.Entry
+		files := map[string]int{} // regular file path -> index in entries, for hard links
 		vs, err := artifact.ReadTar(l, func(e artifact.Entry, body io.Reader) error {
+			if err := b.Take(where, e); err != nil {
+				return err
+			}
+			if err := checkLayerEntry(where, e); err != nil {
+				return err
+			}
+			switch e.Type {
+			case artifact.TypeDevice:
+				// The installer skips device nodes (a container's /dev comes from runc):
+				// on the node they neither exist nor hide anything.
+				return nil
+			case artifact.TypeHardlink:
+				// Installed, a hard link is a second name of its target's inode: same
+				// mode, same attributes, whatever its own header says.
+				if t, ok := files[path.Clean(e.Linkname)]; ok {
+					link := entries[t]
+					link.Path = e.Path
+					e = link
+				}
+			}
 			entries = append(entries, e)
+			if e.Type == artifact.TypeFile {
+				files[e.Path] = len(entries) - 1
+			}
 			if e.Type == artifact.TypeFile && (e.Path == passwdPath || e.Path == groupPath) {
-				b, err := io.ReadAll(io.LimitReader(body, maxAccountFile+1))
+				data, err := io.ReadAll(io.LimitReader(body, maxAccountFile+1))
 				if err != nil {
 					return err
 				}
-				if len(b) > maxAccountFile {
+				if len(data) > maxAccountFile {
 					return vocab.Errorf(vocab.ReasonInvalidAccountFiles, "/%s in runtime layer %d is over %d bytes", e.Path, i+1, maxAccountFile)
 				}
-				r.files[e.Path] = b
+				r.files[e.Path] = data
 			}
 			return nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("read runtime layer %d: %w", i+1, err)
+			return nil, readErr(where, err)
 		}
 		if len(vs) > 0 {
 			return nil, vocab.Errorf(vocab.ReasonLayerPathViolation, "runtime layer %d entry %q: %s; a runtime layer must hold relative paths only", i+1, vs[0].Path, vs[0].Rule)
@@ -70,14 +98,22 @@ func IndexTarLayers(layers []io.Reader) (*Root, error) {
 	return r, nil
 }
 
-// IndexDirLayers composes extracted runtime layers (overlay format), lowest first, as the
-// node's layer cache holds them.
-func IndexDirLayers(dirs []string) (*Root, error) {
+// IndexDirLayersContext composes extracted runtime layers (overlay format), lowest first,
+// as the node's layer cache holds them, stopping with LimitExceeded when ctx ends or when
+// the layers exceed artifact.DefaultLimits.
+func IndexDirLayersContext(ctx context.Context, dirs []string) (*Root, error) {
+	b := artifact.NewBudget(ctx, artifact.DefaultLimits())
 	r := &Root{view: artifact.NewView(), files: map[string][]byte{}}
 	for i, d := range dirs {
-		entries, err := artifact.DirEntries(d)
+		where := fmt.Sprintf("runtime layer %d", i+1)
+		entries, err := artifact.DirEntries(d, b, where)
 		if err != nil {
-			return nil, fmt.Errorf("read runtime layer %d: %w", i+1, err)
+			return nil, readErr(where, err)
+		}
+		for _, e := range entries {
+			if err := checkLayerEntry(where, e); err != nil {
+				return nil, err
+			}
 		}
 		r.view.Apply(i, entries)
 	}
@@ -87,13 +123,36 @@ func IndexDirLayers(dirs []string) (*Root, error) {
 			continue
 		}
 		i, _ := r.view.LayerOf(p)
-		b, err := readBounded(filepath.Join(dirs[i], p))
+		data, err := readBounded(filepath.Join(dirs[i], p))
 		if err != nil {
 			return nil, err
 		}
-		r.files[p] = b
+		r.files[p] = data
 	}
 	return r, nil
+}
+
+// checkLayerEntry refuses overlay attributes (an unpacked opaque marker "y" on a
+// directory is not among them: the view models it). They are judged on every layer, not on
+// the composed view: the kernel reads them on each layer of a merged directory, so one on a
+// lower layer matters even where an upper layer provides the same path.
+func checkLayerEntry(where string, e artifact.Entry) error {
+	for _, x := range e.Xattrs {
+		if artifact.IsOverlayXattr(x) {
+			return vocab.Errorf(vocab.ReasonLayerPathViolation,
+				"%s entry /%s carries the overlay attribute %s, which changes what the kernel shows; rebuild the layer without it (an opaque directory is marked with a .wh..wh..opq entry)", where, e.Path, x)
+		}
+	}
+	return nil
+}
+
+// readErr keeps a refusal as it is (its message says where) and says where any other
+// error happened.
+func readErr(where string, err error) error {
+	if vocab.ReasonOf(err) != "" {
+		return err
+	}
+	return fmt.Errorf("read %s: %w", where, err)
 }
 
 func readBounded(p string) ([]byte, error) {

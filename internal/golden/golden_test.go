@@ -106,6 +106,27 @@ func TestValidate(t *testing.T) {
 		{"file capability", func(t *testing.T) []io.Reader {
 			return debianish(t, te{name: "usr/bin/ping", mode: 0o755, body: "ELF", xattrs: map[string]string{"security.capability": "\x01"}})
 		}, goodPath, user, vocab.ReasonPrivilegedRuntimeFile, "capabilities"},
+		{"setuid file behind an opaque marker that is not \"y\"", func(t *testing.T) []io.Reader {
+			return []io.Reader{layer(t, d("usr/"), d("usr/bin/"), te{name: "usr/bin/su", mode: 0o4755, body: "ELF"}),
+				layer(t, d("usr/"), te{name: "usr/bin/", typ: tar.TypeDir, xattrs: map[string]string{"trusted.overlay.opaque": "n"}})}
+		}, nil, user, vocab.ReasonLayerPathViolation, "trusted.overlay.opaque"},
+		{"setuid file behind a user.overlay opaque marker", func(t *testing.T) []io.Reader {
+			return []io.Reader{layer(t, d("usr/"), d("usr/bin/"), te{name: "usr/bin/su", mode: 0o4755, body: "ELF"}),
+				layer(t, d("usr/"), te{name: "usr/bin/", typ: tar.TypeDir, xattrs: map[string]string{"user.overlay.opaque": "y"}})}
+		}, nil, user, vocab.ReasonLayerPathViolation, "user.overlay.opaque"},
+		{"redirect attribute on a lower merged directory", func(t *testing.T) []io.Reader {
+			return []io.Reader{layer(t, d("usr/"), te{name: "usr/lib/", typ: tar.TypeDir, xattrs: map[string]string{"trusted.overlay.redirect": "/usr/sbin"}}),
+				layer(t, d("usr/"), d("usr/lib/"))}
+		}, nil, user, vocab.ReasonLayerPathViolation, "trusted.overlay.redirect"},
+		{"setuid file behind a device node the installer skips", func(t *testing.T) []io.Reader {
+			return []io.Reader{layer(t, d("usr/"), d("usr/bin/"), te{name: "usr/bin/su", mode: 0o4755, body: "ELF"}),
+				layer(t, d("usr/"), te{name: "usr/bin", typ: tar.TypeChar, mode: 0o644})}
+		}, nil, user, vocab.ReasonPrivilegedRuntimeFile, "setuid"},
+		{"setuid inode kept by a hard link after its first name is removed", func(t *testing.T) []io.Reader {
+			return []io.Reader{layer(t, d("usr/"), d("usr/bin/"), te{name: "usr/bin/su", mode: 0o4755, body: "ELF"},
+				te{name: "usr/bin/alias", typ: tar.TypeLink, link: "usr/bin/su", mode: 0o755}),
+				layer(t, te{name: "usr/bin/.wh.su"})}
+		}, nil, user, vocab.ReasonPrivilegedRuntimeFile, "usr/bin/alias"},
 		{"absolute path in a runtime layer", func(t *testing.T) []io.Reader {
 			return []io.Reader{layer(t, te{name: "/etc/passwd", body: passwd})}
 		}, nil, user, vocab.ReasonLayerPathViolation, "relative paths only"},

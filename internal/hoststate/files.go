@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // maxStateFile bounds every JSON file the shim reads: they are a few hundred bytes.
@@ -47,6 +48,27 @@ func WriteFileAtomic(path string, b []byte, mode os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// ReplaceFile replaces a host file someone else owns (containerd's config, a drop-in)
+// atomically, keeping the mode and owner it had; a new file gets mode and the agent's
+// owner. An administrator's 0600 config must not become world-readable because Brewlet
+// added a handler to it.
+func ReplaceFile(path string, b []byte, mode os.FileMode) error {
+	uid, gid := -1, -1
+	if fi, err := os.Stat(path); err == nil {
+		mode = fi.Mode().Perm()
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			uid, gid = int(st.Uid), int(st.Gid)
+		}
+	}
+	if err := WriteFileAtomic(path, b, mode); err != nil {
+		return err
+	}
+	if uid >= 0 && (uid != os.Geteuid() || gid != os.Getegid()) {
+		return os.Lchown(path, uid, gid)
+	}
+	return nil
 }
 
 // readJSON reads a state file strictly (unknown fields refused, size bounded).

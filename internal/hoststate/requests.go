@@ -41,3 +41,19 @@ func (l Layout) ClearRequest(id string) {
 		return
 	}
 }
+
+// Requests lists the IDs containers are waiting for (files that are not valid IDs are
+// ignored: the shim only writes valid ones).
+func (l Layout) Requests() []string {
+	ents, err := os.ReadDir(l.requestsDir())
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if checkID(e.Name()) == nil {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}

@@ -178,16 +178,18 @@ func (c *Containerd) apply(ctx context.Context, path string, body []byte, want b
 	if err != nil {
 		return Change{}, configErr("containerd rejects its current config %s, so Brewlet changes nothing: %v", c.ConfigPath, err)
 	}
+	// The file keeps the mode and owner it had (ReplaceFile): a config an administrator
+	// made 0600 stays 0600, before and after a rollback.
 	restore := func() error {
 		if existed {
-			return hoststate.WriteFileAtomic(path, old, 0o644)
+			return hoststate.ReplaceFile(path, old, 0o644)
 		}
 		return os.Remove(path)
 	}
 	if body == nil {
 		err = os.Remove(path)
 	} else {
-		err = hoststate.WriteFileAtomic(path, body, 0o644)
+		err = hoststate.ReplaceFile(path, body, 0o644)
 	}
 	if err != nil {
 		return Change{}, err

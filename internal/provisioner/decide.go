@@ -1,9 +1,12 @@
 package provisioner
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -130,8 +133,15 @@ func target(id string, offered map[string]string, ri *brewletv1.RuntimeImage, d 
 		t.Generation = d.AllowedGeneration
 		return t
 	}
-	base, _, _ := strings.Cut(ri.Spec.Source.Image, "@")
-	t.Image = base + "@" + st.Digest
+	// The pull reference is the source the generation was assigned from. The API records
+	// only its digest, so spec.source.image names it only while its digest is that
+	// digest; after a rotation to another repository, before brewlet-operator assigned the
+	// new generation, "new repository @ old digest" is not what was approved (and may
+	// not exist): install nothing until the status catches up.
+	if _, digest, _ := strings.Cut(ri.Spec.Source.Image, "@"); digest != st.Digest {
+		return t
+	}
+	t.Image = ri.Spec.Source.Image
 	return t
 }
 
@@ -152,4 +162,20 @@ func Labels(states map[string]vocab.RuntimeState) map[string]string {
 		out[vocab.LabelRuntime] = vocab.LabelValueReady
 	}
 	return out
+}
+
+// RetryDue decides whether the install of a generation that ended at `at` with err runs
+// again now. A refusal of the content (any reason but a pull failure or altered bytes from
+// a source) is final for that digest: the same bytes are refused again. A pull failure, or
+// an install that succeeded yet is not current any more, is retried after pause; a
+// cancelled one (its lease or its target went away) at once.
+func RetryDue(err error, at, now time.Time, pause time.Duration) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, ErrNotWriter) {
+		return true
+	}
+	switch vocab.ReasonOf(err) {
+	case "", vocab.ReasonRuntimeImagePullFailed, vocab.ReasonDigestMismatch:
+		return now.Sub(at) >= pause
+	}
+	return false // the content was refused
 }

@@ -1,7 +1,11 @@
 package provisioner
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,6 +88,11 @@ func TestTargets(t *testing.T) {
 		{"no longer offered", nil, ri(nil), brewletv1.NodeRuntimeSpec{}, []string{"py"}, true, vocab.ReasonRuntimeImageRevoked, 0, ""},
 		{"quarantined", &p, ri(nil), brewletv1.NodeRuntimeSpec{Runtimes: []brewletv1.RuntimeDirective{{ID: "py", Quarantine: true}}}, nil, true, vocab.ReasonRuntimeImageRevoked, 0, ""},
 		{"wave holds an older generation", &p, ri(nil), brewletv1.NodeRuntimeSpec{Runtimes: []brewletv1.RuntimeDirective{{ID: "py", AllowedGeneration: 2}}}, nil, false, "", 2, ""},
+		// spec.source.image moved to another repository; the status still names generation
+		// 3's digest: never "new repository @ old digest".
+		{"source moved before the operator assigned a generation", &p, ri(func(r *brewletv1.RuntimeImage) {
+			r.Spec.Source.Image = "reg/other/py@sha256:2222222222222222222222222222222222222222222222222222222222222222"
+		}), brewletv1.NodeRuntimeSpec{}, nil, false, "", 3, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ts := Targets(tc.profile, tc.images, tc.spec, tc.held)
@@ -114,5 +123,55 @@ func TestLabels(t *testing.T) {
 	}
 	if got := Labels(map[string]vocab.RuntimeState{"py": vocab.StateFailed, "jre": vocab.StateRevoked}); len(got) != 0 {
 		t.Fatalf("a node with nothing ready or available claims labels: %v", got)
+	}
+}
+
+func TestRetryDue(t *testing.T) {
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	pause := 10 * time.Second
+	pull := vocab.Errorf(vocab.ReasonRuntimeImagePullFailed, "registry down")
+	for _, tc := range []struct {
+		name  string
+		err   error
+		after time.Duration
+		want  bool
+	}{
+		{"pull failure, too soon", pull, time.Second, false},
+		{"pull failure, after the pause", pull, pause, true},
+		{"altered bytes from every source, after the pause", vocab.Errorf(vocab.ReasonDigestMismatch, "x"), pause, true},
+		{"refused content is final", vocab.Errorf(vocab.ReasonPrivilegedRuntimeFile, "setuid"), time.Hour, false},
+		{"too large is final", vocab.Errorf(vocab.ReasonLimitExceeded, "bomb"), time.Hour, false},
+		{"cancelled: at once", fmt.Errorf("install: %w", context.Canceled), 0, true},
+		{"lease lost: at once", ErrNotWriter, 0, true},
+		{"untyped failure (disk), after the pause", errors.New("no space left"), pause, true},
+		{"succeeded but not current any more, after the pause", nil, pause, true},
+		{"succeeded just now", nil, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := RetryDue(tc.err, at, at.Add(tc.after), pause); got != tc.want {
+				t.Fatalf("RetryDue = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestValidateTiming(t *testing.T) {
+	for _, tc := range []struct {
+		ttl, period time.Duration
+		ok          bool
+	}{
+		{5 * time.Minute, 0, true},
+		{time.Minute, 20 * time.Second, true},
+		{5*time.Minute + time.Second, 0, false},
+		{time.Hour, 0, false},
+		{0, 0, false},
+		{-time.Minute, 0, false},
+		{time.Minute, 31 * time.Second, false},
+		{time.Minute, -time.Second, false},
+	} {
+		err := ValidateTiming(tc.ttl, tc.period)
+		if (err == nil) != tc.ok || (err != nil && vocab.ReasonOf(err) != vocab.ReasonLimitExceeded) {
+			t.Errorf("ValidateTiming(%s, %s) = %v, want ok=%v", tc.ttl, tc.period, err, tc.ok)
+		}
 	}
 }

@@ -20,7 +20,16 @@ import (
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
-const opaqueXattr = "trusted.overlay.opaque"
+const (
+	opaqueXattr    = "trusted.overlay.opaque"
+	paxXattrPrefix = "SCHILY.xattr."
+)
+
+// Overlay attributes (artifact.IsOverlayXattr) are refused rather than stripped: a runtime
+// image built by ordinary tools never carries one (they come from copying an overlay's
+// upper directory), so one present means a tool bug or an attempt to hide lower entries
+// (opaque with an odd value, redirect, whiteout, metacopy) from validation; silently
+// dropping it would install content that differs from the image.
 
 // Extract writes one layer tar stream into dst (created empty, must not exist) in
 // overlayfs's on-disk format: whiteouts become 0/0 character devices and opaque markers the
@@ -30,22 +39,37 @@ const opaqueXattr = "trusted.overlay.opaque"
 // parent is checked to be a real directory (never a symlink, so a link in the layer cannot
 // redirect a later entry onto the host), and links are created, never followed. Device
 // nodes are skipped: a container's /dev comes from the runtime (runc), not from images.
+//
+// Overlay's own attributes are the extractor's alone: an entry carrying any
+// trusted.overlay.* or user.overlay.* extended attribute is refused (see artifact.IsOverlayXattr).
 func Extract(r io.Reader, dst string) error {
-	if err := os.Mkdir(dst, 0o755); err != nil {
-		return err
-	}
-	x := extractor{root: dst}
-	vs, err := artifact.ReadTarHeaders(r, x.entry)
-	if err != nil {
-		return err
-	}
-	if len(vs) > 0 {
-		return refuse(vs[0].Path, vs[0].Rule)
-	}
-	return nil
+	_, err := ExtractLimited(r, dst, -1)
+	return err
 }
 
-type extractor struct{ root string }
+// ExtractLimited is Extract refusing a stream of more than maxEntries tar entries
+// (negative: no limit) with LimitExceeded, and returning how many entries it read. The
+// entry cap bounds the work and inodes of one layer; the caller bounds the bytes it feeds.
+func ExtractLimited(r io.Reader, dst string, maxEntries int64) (int64, error) {
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		return 0, err
+	}
+	x := &extractor{root: dst, maxEntries: maxEntries}
+	vs, err := artifact.ReadTarHeaders(r, x.entry)
+	if err != nil {
+		return x.entries, err
+	}
+	if len(vs) > 0 {
+		return x.entries, refuse(vs[0].Path, vs[0].Rule)
+	}
+	return x.entries, nil
+}
+
+type extractor struct {
+	root       string
+	maxEntries int64
+	entries    int64
+}
 
 func refuse(p, why string) error {
 	return vocab.Errorf(vocab.ReasonLayerPathViolation, "runtime layer entry %q: %s; the layer was not installed", p, why)
@@ -53,7 +77,7 @@ func refuse(p, why string) error {
 
 // parent returns the host path of p's parent directory inside root, creating missing
 // directories and refusing any component that is not a real directory.
-func (x extractor) parent(p string) (string, error) {
+func (x *extractor) parent(p string) (string, error) {
 	dir := x.root
 	parts := strings.Split(path.Dir(p), "/")
 	for _, c := range parts {
@@ -79,7 +103,18 @@ func (x extractor) parent(p string) (string, error) {
 	return dir, nil
 }
 
-func (x extractor) entry(e artifact.Entry, h *tar.Header, body io.Reader) error {
+func (x *extractor) entry(e artifact.Entry, h *tar.Header, body io.Reader) error {
+	x.entries++
+	if x.maxEntries >= 0 && x.entries > x.maxEntries {
+		return vocab.Errorf(vocab.ReasonLimitExceeded, "runtime layer has more than %d entries (at %q); the node refuses larger layers — split or slim the image, or raise the installer's entry limit", x.maxEntries, e.Path)
+	}
+	// Checked on the raw header: the tar reader turns an opaque attribute into e.Opaque,
+	// and a "y" from the archive must not pass as one the extractor set.
+	for k := range h.PAXRecords {
+		if name, ok := strings.CutPrefix(k, paxXattrPrefix); ok && artifact.IsOverlayXattr(name) {
+			return refuse(e.Path, fmt.Sprintf("carries the overlay attribute %s; overlayfs reads these as instructions (opaque, redirect, metacopy), so only the extractor sets them, from .wh. markers", name))
+		}
+	}
 	if e.Path == "." {
 		return nil
 	}
@@ -163,18 +198,13 @@ func (x extractor) entry(e artifact.Entry, h *tar.Header, body io.Reader) error 
 }
 
 // attributes applies owner, mode and extended attributes without following links.
-func (x extractor) attributes(name string, e artifact.Entry) error {
+func (x *extractor) attributes(name string, e artifact.Entry) error {
 	if err := os.Lchown(name, e.UID, e.GID); err != nil {
 		return err
 	}
 	if e.Type != artifact.TypeSymlink {
 		mode := e.Mode.Perm() | e.Mode&(fs.ModeSetuid|fs.ModeSetgid)
 		if err := os.Chmod(name, mode); err != nil {
-			return err
-		}
-	}
-	if e.Opaque && e.Type == artifact.TypeDir {
-		if err := unix.Lsetxattr(name, opaqueXattr, []byte("y"), 0); err != nil {
 			return err
 		}
 	}

@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"brewlet.sh/brewlet/internal/artifact"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -138,10 +140,25 @@ func FuzzExtract(f *testing.F) {
 	f.Add(tarOf(f, hdr{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/"}, hdr{Name: "l/x", Typeflag: tar.TypeReg, Mode: 0o644}))
 	f.Add(tarOf(f, hdr{Name: "x", Typeflag: tar.TypeLink, Linkname: "../../etc/passwd"}))
 	f.Add(tarOf(f, hdr{Name: ".wh..wh..opq", Typeflag: tar.TypeReg}, hdr{Name: "d/.wh.e", Typeflag: tar.TypeReg}))
+	f.Add(tarOf(f, hdr{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755, PAXRecords: map[string]string{"SCHILY.xattr.trusted.overlay.opaque": "x"}}))
+	f.Add(tarOf(f, hdr{Name: "f", Typeflag: tar.TypeReg, Mode: 0o644, PAXRecords: map[string]string{"SCHILY.xattr.user.overlay.redirect": "/x"}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		requireRoot(t)
 		sandbox := t.TempDir()
-		_ = Extract(bytes.NewReader(b), filepath.Join(sandbox, "layer"))
+		err := Extract(bytes.NewReader(b), filepath.Join(sandbox, "layer"))
+		// Whatever the input, no overlay attribute the extractor did not set survives.
+		if err == nil {
+			_ = filepath.WalkDir(filepath.Join(sandbox, "layer"), func(p string, d os.DirEntry, _ error) error {
+				buf := make([]byte, 4096)
+				n, _ := unix.Llistxattr(p, buf)
+				for _, name := range strings.Split(string(buf[:max(n, 0)]), "\x00") {
+					if artifact.IsOverlayXattr(name) && name != opaqueXattr {
+						t.Fatalf("%s carries %s", p, name)
+					}
+				}
+				return nil
+			})
+		}
 		// Whatever the input, nothing appears beside the layer directory.
 		ents, err := os.ReadDir(sandbox)
 		if err != nil {
@@ -153,4 +170,70 @@ func FuzzExtract(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Overlay's attributes are the extractor's alone: any trusted.overlay.* or user.overlay.*
+// attribute in the archive refuses the layer, whatever its value or entry type, so a layer
+// can never hide lower entries from validation (an opaque marker of an odd value, a
+// redirect) or plant a whiteout the validator does not see. The .wh..wh..opq marker stays
+// the one way to make a directory opaque.
+func TestExtractRefusesOverlayXattrs(t *testing.T) {
+	requireRoot(t)
+	for _, tc := range []struct {
+		x string // name=value
+		h hdr
+	}{
+		{"trusted.overlay.opaque=y", hdr{Name: "usr/", Typeflag: tar.TypeDir, Mode: 0o755}},
+		{"trusted.overlay.opaque=x", hdr{Name: "usr/", Typeflag: tar.TypeDir, Mode: 0o755}},
+		{"user.overlay.opaque=y", hdr{Name: "usr/", Typeflag: tar.TypeDir, Mode: 0o755}},
+		{"trusted.overlay.redirect=/elsewhere", hdr{Name: "usr/", Typeflag: tar.TypeDir, Mode: 0o755}},
+		{"trusted.overlay.whiteout=", hdr{Name: "etc/shadow", Typeflag: tar.TypeReg, Mode: 0o644}},
+		{"trusted.overlay.metacopy=", hdr{Name: "bin/sh", Typeflag: tar.TypeReg, Mode: 0o755}},
+		{"user.overlay.origin=abc", hdr{Name: "lib", Typeflag: tar.TypeSymlink, Linkname: "usr/lib"}},
+	} {
+		t.Run(tc.x, func(t *testing.T) {
+			x := tc.x
+			k, v, _ := strings.Cut(x, "=")
+			h := tc.h
+			h.PAXRecords = map[string]string{"SCHILY.xattr." + k: v}
+			dst := filepath.Join(t.TempDir(), "layer")
+			err := Extract(bytes.NewReader(tarOf(t, hdr{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755}, h)), dst)
+			if vocab.ReasonOf(err) != vocab.ReasonLayerPathViolation || !strings.Contains(err.Error(), k) {
+				t.Fatalf("%s: got %v, want LayerPathViolation naming the attribute", x, err)
+			}
+		})
+	}
+	// Other attributes pass through; the opaque marker file still makes a directory opaque.
+	dst := filepath.Join(t.TempDir(), "layer")
+	err := Extract(bytes.NewReader(tarOf(t,
+		hdr{Name: "data", Typeflag: tar.TypeReg, Mode: 0o644, PAXRecords: map[string]string{"SCHILY.xattr.user.comment": "kept"}},
+		hdr{Name: "var/cache/.wh..wh..opq", Typeflag: tar.TypeReg, Mode: 0o644},
+	)), dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8)
+	if n, err := unix.Lgetxattr(filepath.Join(dst, "data"), "user.comment", buf); err != nil || string(buf[:n]) != "kept" {
+		t.Fatalf("user.comment: %v %q", err, buf[:n])
+	}
+	if n, err := unix.Lgetxattr(filepath.Join(dst, "var/cache"), opaqueXattr, buf); err != nil || string(buf[:n]) != "y" {
+		t.Fatalf("opaque marker: %v %q", err, buf[:n])
+	}
+}
+
+// The entry cap counts every tar entry, refused with LimitExceeded naming the cap.
+func TestExtractEntryLimit(t *testing.T) {
+	requireRoot(t)
+	tb := tarOf(t, hdr{Name: "a/", Typeflag: tar.TypeDir, Mode: 0o755}, hdr{Name: "a/b", Typeflag: tar.TypeReg, Mode: 0o644},
+		hdr{Name: "a/.wh.c", Typeflag: tar.TypeReg}, hdr{Name: "d", Typeflag: tar.TypeSymlink, Linkname: "a"})
+	_, err := ExtractLimited(bytes.NewReader(tb), filepath.Join(t.TempDir(), "layer"), 3)
+	if vocab.ReasonOf(err) != vocab.ReasonLimitExceeded || !strings.Contains(err.Error(), "more than 3 entries") {
+		t.Fatalf("4 entries, cap 3: %v", err)
+	}
+	if n, err := ExtractLimited(bytes.NewReader(tb), filepath.Join(t.TempDir(), "layer"), 4); err != nil || n != 4 {
+		t.Fatalf("4 entries, cap 4: %d %v", n, err)
+	}
+	if _, err = ExtractLimited(bytes.NewReader(tb), filepath.Join(t.TempDir(), "layer"), 0); vocab.ReasonOf(err) != vocab.ReasonLimitExceeded {
+		t.Fatalf("cap 0 (budget used up by earlier layers): %v", err)
+	}
 }

@@ -1,7 +1,7 @@
 package provisioner
 
 import (
-	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,11 +11,14 @@ import (
 	"time"
 
 	"brewlet.sh/brewlet/internal/hoststate"
+	"brewlet.sh/brewlet/internal/vocab"
 )
 
-// Collector removes non-current generations and unused cached layers after a grace
-// period, but only what it can prove unused: no lease, no exec state, no mount. Any doubt
-// (an unreadable lease, an unreadable mount table) keeps everything.
+// Collector removes non-current generations and unused cached layers once they have been
+// unused for a grace period, but only what it can prove unused: no lease, no mount. Any
+// doubt (an unreadable lease, mount table, metadata or current pointer) keeps what it
+// concerns. The grace counts from when a sweep first saw the generation or layer unused
+// (hoststate.Unused), never from a modification time.
 type Collector struct {
 	Layout hoststate.Layout
 	Grace  time.Duration
@@ -23,6 +26,9 @@ type Collector struct {
 	// (/proc/1/mountinfo with hostPID), tests their own.
 	MountInfo string
 	Now       func() time.Time
+	// Remove deletes one generation or layer directory (nil: os.RemoveAll); tests wrap it
+	// to watch removals.
+	Remove func(path string) error
 }
 
 // Collected reports what a pass removed.
@@ -31,115 +37,211 @@ type Collected struct {
 	Layers      []string // diff ID hex
 }
 
-// Collect runs one pass over every runtime ID on the node.
-func (c *Collector) Collect() (Collected, error) {
+// Collect runs one sweep with no cancellation and no writer check (tests, tools).
+func (c *Collector) Collect() (Collected, error) { return c.Sweep(context.Background(), nil) }
+
+// Sweep runs one pass over every runtime ID on the node. It holds the layer cache
+// exclusively, so it never runs during an install (it skips the pass instead of waiting),
+// stops when ctx ends, and checks isWriter (nil: always the writer) before each removal.
+func (c *Collector) Sweep(ctx context.Context, isWriter func() bool) (Collected, error) {
 	var out Collected
+	unlock, err := c.Layout.LockLayerCache(ctx, true, false)
+	if errors.Is(err, hoststate.ErrLayerCacheBusy) {
+		return out, nil // an install runs: the next pass collects
+	}
+	if err != nil {
+		return out, err
+	}
+	defer unlock()
 	now := time.Now()
 	if c.Now != nil {
 		now = c.Now()
 	}
+	now = now.UTC().Round(0) // as it reads back from the record
 	leases, err := c.Layout.Leases()
 	if err != nil {
 		return out, fmt.Errorf("keeping everything: %w", err)
 	}
-	mounts, err := os.ReadFile(c.MountInfo)
+	table, err := os.ReadFile(c.MountInfo)
 	if err != nil {
 		return out, fmt.Errorf("keeping everything: cannot read the mount table %s: %w", c.MountInfo, err)
 	}
-	leased := map[string]bool{}
+	s := &sweep{c: c, ctx: ctx, isWriter: isWriter, now: now, mounted: mountedNames(string(table)),
+		leased: map[string]bool{}, keep: map[string]bool{}, layersKnown: true,
+		next: hoststate.Unused{Generations: map[string]time.Time{}, Layers: map[string]time.Time{}}}
+	// An unreadable record restarts every grace period: later, never earlier.
+	s.prev, _ = c.Layout.ReadUnused()
 	for _, l := range leases {
-		leased[l.ID+"/"+l.Epoch+"/"+strconv.FormatInt(l.Generation, 10)] = true
+		s.leased[l.ID+"/"+l.Epoch+"/"+strconv.FormatInt(l.Generation, 10)] = true
 	}
-	ids, err := c.Layout.RuntimeIDs()
+	err = s.run(&out)
+	// The record is written even after an error, so what was seen unused stays counted.
+	changed := !sameTimes(s.prev.Generations, s.next.Generations) || !sameTimes(s.prev.Layers, s.next.Layers)
+	if changed && (isWriter == nil || isWriter()) {
+		err = errors.Join(err, c.Layout.WriteUnused(s.next))
+	}
+	return out, err
+}
+
+// sweep is the state of one Sweep.
+type sweep struct {
+	c           *Collector
+	ctx         context.Context
+	isWriter    func() bool
+	now         time.Time
+	mounted     map[string]bool // layer names in the mount table
+	leased      map[string]bool // id/epoch/generation
+	keep        map[string]bool // layers of every generation that stays
+	layersKnown bool            // false: a generation's layers are unknown, keep every layer
+	prev, next  hoststate.Unused
+}
+
+func (s *sweep) run(out *Collected) error {
+	ids, err := s.c.Layout.RuntimeIDs()
 	if err != nil {
-		return out, err
+		return err
 	}
-	inUse := map[string]bool{} // layers of every generation that stays
 	for _, id := range ids {
-		err := c.Layout.CollectUnder(id, func() error {
-			removed, kept, err := c.collectID(id, leased, string(mounts), now)
+		err := s.c.Layout.CollectUnder(id, func() error {
+			removed, err := s.collectID(id)
 			out.Generations = append(out.Generations, removed...)
-			for _, l := range kept {
-				inUse[l] = true
-			}
 			return err
 		})
 		if err != nil {
-			return out, err
+			return err
 		}
 	}
-	layers, err := os.ReadDir(c.Layout.LayerDir(""))
+	if !s.layersKnown {
+		// Keep the record of layers as it was: their grace resumes once metadata reads.
+		s.next.Layers = s.prev.Layers
+		return errors.New("keeping every layer: a generation's metadata is unreadable, so the layers it uses are unknown")
+	}
+	layers, err := os.ReadDir(s.c.Layout.LayerDir(""))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return out, err
+		return err
 	}
 	for _, l := range layers {
-		dir := c.Layout.LayerDir(l.Name())
-		if inUse[l.Name()] || strings.Contains(l.Name(), ".tmp-") || strings.Contains(string(mounts), dir) || !c.old(dir, now) {
+		name := l.Name()
+		if strings.Contains(name, ".tmp-") {
+			continue // an install's workspace: the installer collects those of killed installs
+		}
+		if s.keep[name] || s.mounted[name] || !s.expired(s.prev.Layers, s.next.Layers, name) {
 			continue
 		}
-		if err := os.RemoveAll(dir); err != nil {
-			return out, err
+		if err := s.remove(s.c.Layout.LayerDir(name)); err != nil {
+			return err
 		}
-		out.Layers = append(out.Layers, l.Name())
+		delete(s.next.Layers, name)
+		out.Layers = append(out.Layers, name)
 	}
-	return out, nil
+	return nil
 }
 
 // collectID removes the unused generations of one ID (under its exclusive lock) and
-// returns the layers the remaining ones use.
-func (c *Collector) collectID(id string, leased map[string]bool, mounts string, now time.Time) (removed, keptLayers []string, err error) {
-	cur, cerr := c.Layout.Current(id)
+// records the layers of those that stay.
+func (s *sweep) collectID(id string) (removed []string, err error) {
+	cur, cerr := s.c.Layout.Current(id)
+	// A current pointer that exists but does not read keeps every generation of the ID.
+	curKnown := cerr == nil || vocab.ReasonOf(cerr) == vocab.ReasonRuntimeImageNotInstalled
 	keepCurrent := cerr == nil
-	// A revoked ID (no longer offered, RuntimeImage deleted or unapproved) is removed from the
-	// node once unused, its current generation included; the revoked authorization stays as
-	// the fail-closed marker the shim reads.
-	if auth, aerr := c.Layout.ReadAuthorization(id); aerr == nil && auth.Revoked && c.old(c.Layout.AuthorizationFile(id), now) {
+	// A revoked ID (no longer offered, RuntimeImage deleted or unapproved) is removed from
+	// the node once unused, its current generation included; its grace counts from the
+	// sweep that first saw it revoked and unused. The revoked authorization stays as the
+	// fail-closed marker the shim reads.
+	if auth, aerr := s.c.Layout.ReadAuthorization(id); aerr == nil && auth.Revoked {
 		keepCurrent = false
 	}
-	refs, err := c.Layout.Generations(id)
+	refs, err := s.c.Layout.Generations(id)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	for _, ref := range refs {
-		meta, merr := c.Layout.ReadGeneration(id, ref)
+		if err := s.ctx.Err(); err != nil {
+			return removed, err
+		}
+		meta, merr := s.c.Layout.ReadGeneration(id, ref)
+		switch {
+		case errors.Is(merr, fs.ErrNotExist):
+			// No metadata at all: an install that died before writing it, or a removal
+			// cut short. Nothing can lease it (leasing reads the metadata), and it names no
+			// layer; it goes like any unused generation.
+			meta.Layers = nil
+		case merr != nil:
+			s.layersKnown = false // keep the generation and every layer it might use
+			continue
+		}
 		key := id + "/" + ref.String()
-		dir := c.Layout.GenerationDir(id, ref.Epoch, ref.Generation)
-		if (keepCurrent && cur == ref) || leased[key] || merr != nil || !c.old(dir, now) || c.mounted(meta, mounts) {
-			if merr == nil {
-				for _, l := range meta.Layers {
-					keptLayers = append(keptLayers, strings.TrimPrefix(l, "sha256:"))
-				}
+		if !curKnown || (keepCurrent && cur == ref) || s.leased[key] || s.allMounted(meta.Layers) ||
+			!s.expired(s.prev.Generations, s.next.Generations, key) {
+			for _, l := range meta.Layers {
+				s.keep[strings.TrimPrefix(l, "sha256:")] = true
 			}
 			continue
 		}
+		dir := s.c.Layout.GenerationDir(id, ref.Epoch, ref.Generation)
 		_ = os.Chmod(dir, 0o755) // generation directories are read-only
-		if err := os.RemoveAll(dir); err != nil {
-			return removed, keptLayers, err
+		if err := s.remove(dir); err != nil {
+			return removed, err
 		}
+		delete(s.next.Generations, key)
 		if cerr == nil && cur == ref {
-			_ = os.Remove(c.Layout.CurrentLink(id))
+			_ = os.Remove(s.c.Layout.CurrentLink(id))
 		}
 		removed = append(removed, key)
 	}
-	return removed, keptLayers, nil
+	return removed, nil
 }
 
-func (c *Collector) old(path string, now time.Time) bool {
-	fi, err := os.Lstat(path)
-	return err == nil && now.Sub(fi.ModTime()) >= c.Grace
+// expired records key as unused (since the time of the record, or now when new) and
+// reports whether it has been unused for the grace period.
+func (s *sweep) expired(prev, next map[string]time.Time, key string) bool {
+	since, ok := prev[key]
+	if !ok || since.After(s.now) { // a clock that went back restarts the grace
+		since = s.now
+	}
+	next[key] = since
+	return s.now.Sub(since) >= s.c.Grace
 }
 
-// mounted reports whether any mount of the table uses one of the generation's layers.
-func (c *Collector) mounted(g hoststate.Generation, mounts string) bool {
-	sc := bufio.NewScanner(strings.NewReader(mounts))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		for _, l := range g.Layers {
-			if strings.Contains(line, c.Layout.LayerDir(strings.TrimPrefix(l, "sha256:"))) {
-				return true
-			}
+// allMounted reports whether a mount uses the generation: a container on it mounts every
+// one of its layers (a layer shared with a newer generation alone does not keep it; the
+// layer itself is kept by its own check).
+func (s *sweep) allMounted(layers []string) bool {
+	if len(layers) == 0 {
+		return false
+	}
+	for _, l := range layers {
+		if !s.mounted[strings.TrimPrefix(l, "sha256:")] {
+			return false
 		}
 	}
-	return false
+	return true
+}
+
+// remove deletes one directory after checking the sweep may still write.
+func (s *sweep) remove(dir string) error {
+	if err := s.ctx.Err(); err != nil {
+		return err
+	}
+	if s.isWriter != nil && !s.isWriter() {
+		return ErrNotWriter
+	}
+	if s.c.Remove != nil {
+		return s.c.Remove(dir)
+	}
+	return os.RemoveAll(dir)
+}
+
+// sameTimes compares two unused-since maps (nil and empty alike): the record is written
+// only when it changed, not on every pass.
+func sameTimes(a, b map[string]time.Time) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || !w.Equal(v) {
+			return false
+		}
+	}
+	return true
 }

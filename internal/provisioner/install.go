@@ -2,14 +2,13 @@ package provisioner
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
+	"log"
+	"path/filepath"
+	"sync"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -25,12 +24,36 @@ import (
 type Installer struct {
 	Layout   hoststate.Layout
 	Platform v1.Platform     // the node's platform
-	Remote   []remote.Option // extra registry options (transport)
+	Remote   []remote.Option // extra registry options (a transport set here replaces Timeouts')
 	Insecure bool            // plain HTTP to non-loopback registries
 	// Mirrors lists, per registry host, mirrors tried in order before it. Content is pulled
-	// by digest and every blob verified, so a mirror can be slow or absent, never wrong.
+	// by digest and every blob verified, so a mirror can be slow, absent or hostile, and
+	// is then skipped: only the origin's answer is the runtime's.
 	Mirrors map[string][]string
+	// Timeouts bound each registry call (zero fields: registry.DefaultTimeouts).
+	Timeouts registry.Timeouts
+	// Deadline bounds one whole install, every source included (0: DefaultDeadline).
+	Deadline time.Duration
+	// Limits bound what one install extracts (zero fields: DefaultLimits).
+	Limits Limits
+	// Log reports what is not the install's result: a skipped mirror, a cached layer that
+	// failed verification, collected leftovers (log.Printf when nil).
+	Log func(format string, args ...any)
+
+	// MayWrite, when set, is asked just before the generation's metadata is written and
+	// before current flips (the agent's writer lease); an error ends the install there.
+	MayWrite func() error
+
+	transportOnce sync.Once
+	transport     remote.Option // one connection pool for every install
 }
+
+// maxConfigBytes bounds an image's config blob, which is read into memory whole.
+const maxConfigBytes = 4 << 20
+
+// DefaultDeadline lets a multi-GiB runtime come over a slow link; an install that takes
+// longer is stuck, and the agent retries it on a later pass.
+const DefaultDeadline = 15 * time.Minute
 
 // Request names one generation of one runtime ID.
 type Request struct {
@@ -47,43 +70,83 @@ type Result struct {
 	LayersFetched int
 	LayersReused  int
 	BytesFetched  int64 // uncompressed bytes extracted
+	// Skipped lists the mirrors that failed before the source that served the install.
+	Skipped []string
+}
+
+func (in *Installer) logf(format string, args ...any) {
+	if in.Log != nil {
+		in.Log(format, args...)
+		return
+	}
+	log.Printf(format, args...)
 }
 
 // Install pulls the image by digest, verifies every blob, extracts only the layers the
 // cache lacks, validates the composed root with the runtime image rules, records the
 // generation read-only and flips current to it. A refused generation never becomes current.
+//
+// Sources are the registry's mirrors, in order, then the registry itself (the origin).
+// Whatever a mirror does wrong — unreachable, a wrong digest, content over the limits,
+// content refused by validation — is logged and the next source tried; the install's
+// result is the origin's alone. The whole install, all sources, runs within Deadline.
 func (in *Installer) Install(ctx context.Context, req Request) (*Result, error) {
 	ref, err := registry.Digest(req.Image, in.Insecure)
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for _, host := range append(append([]string{}, in.Mirrors[ref.Context().RegistryStr()]...), ref.Context().RegistryStr()) {
+	deadline := in.Deadline
+	if deadline <= 0 {
+		deadline = DefaultDeadline
+	}
+	dctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	root := in.Layout.LayerDir("")
+	for _, name := range collectStale(root, time.Now()) {
+		in.logf("removed %s left in the layer cache by an interrupted install", name)
+	}
+	origin := ref.Context().RegistryStr()
+	sources := append(append([]string{}, in.Mirrors[origin]...), origin)
+	var skipped []string
+	for i, host := range sources {
 		cand, err := registry.Digest(host+"/"+ref.Context().RepositoryStr()+"@"+ref.DigestStr(), in.Insecure)
 		if err != nil {
 			return nil, err
 		}
-		res, err := in.installFrom(ctx, req, cand)
+		res, err := in.installFrom(dctx, req, cand)
 		if err == nil {
+			res.Skipped = skipped
 			return res, nil
 		}
-		switch vocab.ReasonOf(err) {
-		case vocab.ReasonRuntimeImagePullFailed, vocab.ReasonDigestMismatch:
-			lastErr = err // try the next source
-		default:
-			return nil, err // the content itself was refused: the same digest everywhere
+		if ctx.Err() == nil && dctx.Err() != nil {
+			// A pull failure, not LimitExceeded: the time an install takes says nothing about
+			// the content (LimitExceeded of an image is final for its digest), so it is retried.
+			return nil, vocab.Wrap(vocab.ReasonRuntimeImagePullFailed, err, "runtime %s generation %d: the install did not finish within %s (the per-install deadline) while pulling from %s; it is tried again later", req.ID, req.Generation, deadline, host)
 		}
+		if i == len(sources)-1 || ctx.Err() != nil {
+			return nil, err
+		}
+		in.logf("runtime %s generation %d: mirror %s skipped, trying the next source: %v", req.ID, req.Generation, host, err)
+		skipped = append(skipped, host+": "+err.Error())
 	}
-	return nil, lastErr
+	panic("unreachable: the origin is always the last source")
 }
 
 func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Digest) (*Result, error) {
-	opts := registry.Options(ctx, in.Remote...)
+	in.transportOnce.Do(func() { in.transport = registry.WithTimeouts(in.Timeouts) })
+	opts := registry.Options(ctx, append([]remote.Option{in.transport}, in.Remote...)...)
 	img, platform, err := in.resolve(ref, opts)
 	if err != nil {
 		return nil, err
 	}
 	req.Image = ref.String()
+	// The registry client reads a config blob whole, as large as the manifest says: bound it
+	// before it is fetched (real configs are kilobytes).
+	if m, err := img.Manifest(); err != nil {
+		return nil, pullErr(req, err)
+	} else if m.Config.Size > maxConfigBytes {
+		return nil, vocab.Errorf(vocab.ReasonLimitExceeded, "runtime %s generation %d: %s declares a config blob of %d bytes, more than the %d the node reads; an image config is kilobytes", req.ID, req.Generation, req.Image, m.Config.Size, maxConfigBytes)
+	}
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, pullErr(req, err)
@@ -92,10 +155,13 @@ func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Dige
 	if err != nil {
 		return nil, pullErr(req, err)
 	}
-	if err := os.MkdirAll(in.Layout.LayerDir(""), 0o700); err != nil {
+	ws, err := newWorkspace(in.Layout.LayerDir(""))
+	if err != nil {
 		return nil, err
 	}
+	defer func() { _ = ws.Close() }()
 	res := &Result{}
+	b := &budget{limits: in.Limits.withDefaults()}
 	var dirs, diffIDs []string
 	for i, l := range layers {
 		diffID, err := l.DiffID()
@@ -103,24 +169,33 @@ func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Dige
 			return nil, pullErr(req, err)
 		}
 		dir := in.Layout.LayerDir(diffID.Hex)
-		if _, err := os.Stat(dir); err == nil {
-			res.LayersReused++
-		} else {
-			n, err := fetchLayer(l, diffID, dir)
-			if err != nil {
+		if m, err := verifyLayer(dir, diffID.String()); err == nil {
+			if err := b.charge(m); err != nil {
 				return nil, fmt.Errorf("runtime %s generation %d layer %d (%s): %w", req.ID, req.Generation, i+1, diffID, err)
 			}
+			res.LayersReused++
+		} else {
+			if !errors.Is(err, fs.ErrNotExist) {
+				in.logf("cached layer %s fails verification (%v); fetching it again", diffID, err)
+			}
+			m, err := fetchLayer(ctx, l, diffID, dir, ws, b)
+			if err != nil {
+				return nil, fmt.Errorf("runtime %s generation %d layer %d (%s) from %s: %w", req.ID, req.Generation, i+1, diffID, ref.RegistryStr(), err)
+			}
 			res.LayersFetched++
-			res.BytesFetched += n
+			res.BytesFetched += m.TarBytes
 		}
 		dirs, diffIDs = append(dirs, dir), append(diffIDs, diffID.String())
 	}
-	root, err := golden.IndexDirLayers(dirs)
+	root, err := golden.IndexDirLayersContext(ctx, dirs)
 	if err != nil {
 		return nil, err
 	}
 	v, err := golden.Validate(root, cf.Config.Env, golden.User{UID: req.UID, GID: req.GID})
 	if err != nil {
+		return nil, err
+	}
+	if err := in.mayWrite(ctx); err != nil {
 		return nil, err
 	}
 	res.Generation = hoststate.Generation{
@@ -131,10 +206,36 @@ func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Dige
 	if err := in.Layout.WriteGeneration(res.Generation); err != nil {
 		return nil, err
 	}
+	// The metadata file is synced by its writer; its directory entries, up to the runtime's
+	// directory, must be too before current can name them.
+	gen := in.Layout.GenerationDir(req.ID, req.Epoch, req.Generation)
+	for _, d := range []string{gen, filepath.Dir(gen), in.Layout.RuntimeDir(req.ID), in.Layout.Runtimes} {
+		if err := fsyncDir(d); err != nil {
+			return nil, fmt.Errorf("sync %s: %w", d, err)
+		}
+	}
+	if err := in.mayWrite(ctx); err != nil {
+		return nil, err
+	}
 	if err := in.Layout.SetCurrent(req.ID, hoststate.Ref{Epoch: req.Epoch, Generation: req.Generation}); err != nil {
 		return nil, err
 	}
+	if err := fsyncDir(in.Layout.RuntimeDir(req.ID)); err != nil {
+		return nil, fmt.Errorf("sync current of %s: %w", req.ID, err)
+	}
 	return res, nil
+}
+
+// mayWrite reports whether the install may still change the host: its context is live
+// (the agent cancels it when the writer lease is lost) and MayWrite agrees.
+func (in *Installer) mayWrite(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if in.MayWrite != nil {
+		return in.MayWrite()
+	}
+	return nil
 }
 
 // resolve returns the image for the node's platform, from an index or a single manifest.
@@ -177,49 +278,6 @@ func (in *Installer) resolve(ref name.Reference, opts []remote.Option) (v1.Image
 		return nil, v1.Platform{}, vocab.Errorf(vocab.ReasonPlatformUnavailable, "%s is built for %s but this node needs %s", what, got, in.Platform.String())
 	}
 	return img, *p, nil
-}
-
-// fetchLayer extracts a layer into a temporary directory, checks its diff ID while reading
-// (the compressed digest is checked by the registry client), then renames it into place.
-func fetchLayer(l v1.Layer, diffID v1.Hash, dir string) (int64, error) {
-	rc, err := l.Uncompressed()
-	if err != nil {
-		return 0, vocab.Wrap(vocab.ReasonRuntimeImagePullFailed, err, "open layer")
-	}
-	defer func() { _ = rc.Close() }()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	tmp := dir + ".tmp-" + hex.EncodeToString(b)
-	defer func() { _ = os.RemoveAll(tmp) }()
-	h := sha256.New()
-	cr := &countingReader{r: io.TeeReader(rc, h)}
-	if err := Extract(cr, tmp); err != nil {
-		return 0, err
-	}
-	if _, err := io.Copy(io.Discard, cr); err != nil { // tar padding after the last entry
-		return 0, vocab.Wrap(vocab.ReasonRuntimeImagePullFailed, err, "read layer")
-	}
-	if err := rc.Close(); err != nil {
-		return 0, vocab.Wrap(vocab.ReasonDigestMismatch, err, "layer blob failed verification")
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != diffID.Hex {
-		return 0, vocab.Errorf(vocab.ReasonDigestMismatch, "layer content hashes to sha256:%s but the image config says %s; the registry or a mirror served altered content", got, diffID)
-	}
-	if err := os.Rename(tmp, dir); err != nil && !errors.Is(err, fs.ErrExist) {
-		return 0, err
-	}
-	return cr.n, nil
-}
-
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }
 
 func pullErr(req Request, err error) error {

@@ -57,6 +57,14 @@ func Main(ctx context.Context, o Options) error {
 	if o.ContainerdRestart != string(vocab.ContainerdRestartValidated) && o.ContainerdRestart != string(vocab.ContainerdRestartNone) {
 		return fmt.Errorf("--containerd-restart must be validated or none, not %q", o.ContainerdRestart)
 	}
+	// Refused before anything runs: a TTL above the cap would keep a disconnected node
+	// starting containers for longer than SPEC.md §5.3 allows.
+	if err := ValidateTiming(o.AuthTTL, o.Period); err != nil {
+		return err
+	}
+	if o.GCGrace < 0 {
+		return vocab.Errorf(vocab.ReasonLimitExceeded, "--gc-grace (provisioner.gc.grace) is %s; it must be 0 or more", o.GCGrace)
+	}
 	cfg, err := config.GetConfig()
 	if err != nil {
 		return err
@@ -92,6 +100,9 @@ func Main(ctx context.Context, o Options) error {
 	return WriterLease{Client: cs, Namespace: o.Namespace, NodeName: o.NodeName, Identity: o.Identity}.
 		Run(ctx, func(ctx context.Context, isWriter func() bool) {
 			agent.IsWriter = isWriter
+			if !isWriter() { // the shim and containerd's config are host changes too
+				return
+			}
 			agent.Host = o.prepareHost(ctx)
 			if err := agent.Run(ctx); err != nil {
 				log.Printf("agent: %v", err)

@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,31 +26,105 @@ type WriterLease struct {
 func LeaseName(node string) string { return "brewlet-provisioner-" + node }
 
 // Run blocks until ctx ends, calling lead with a context that is cancelled when the lease
-// is lost, and isWriter that reports whether the lease is still held right now.
+// is lost or ctx ends, and isWriter that reports whether the lease is still held right now.
+// lead must return soon after its context is cancelled: Run waits for it before trying to
+// acquire the lease again, and before releasing the lease when ctx ends, so two leads (of
+// this process or of the old and new agent of a rolling update) never overlap.
 func (w WriterLease) Run(ctx context.Context, lead func(ctx context.Context, isWriter func() bool)) error {
 	d := w.Duration
 	if d <= 0 {
 		d = 15 * time.Second
 	}
+	for ctx.Err() == nil {
+		if err := w.term(ctx, d, lead); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// term is one acquisition of the lease: acquire, lead, and return once lead has returned.
+func (w WriterLease) term(ctx context.Context, d time.Duration, lead func(ctx context.Context, isWriter func() bool)) error {
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: w.Namespace, Name: LeaseName(w.NodeName)},
 		Client:     w.Client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: w.Identity},
 	}
+	// The elector runs on its own context, cancelled only once lead has stopped writing.
+	// client-go's ReleaseOnCancel is off: it also releases when a renewal fails, while lead
+	// may still be finishing a host change; release (below) runs after lead has returned.
+	electCtx, stopElector := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElector()
+	var mu sync.Mutex
+	stopping, leading := false, false
+	done := make(chan struct{})
 	var le *leaderelection.LeaderElector
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: lock, LeaseDuration: d, RenewDeadline: d * 2 / 3, RetryPeriod: d / 5,
-		ReleaseOnCancel: true, Name: LeaseName(w.NodeName),
+		Name: LeaseName(w.NodeName),
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) { lead(ctx, func() bool { return le.IsLeader() }) },
+			OnStartedLeading: func(leaderCtx context.Context) {
+				defer close(done)
+				mu.Lock()
+				if stopping {
+					mu.Unlock()
+					return
+				}
+				leading = true
+				mu.Unlock()
+				lctx, cancel := context.WithCancel(leaderCtx)
+				defer cancel()
+				stop := context.AfterFunc(ctx, cancel)
+				defer stop()
+				// Held means: this term's context is live, the elector still sees this
+				// process as holder, and its last renewal is recent enough that no other
+				// agent can have taken the lease over (it must wait a full duration).
+				isWriter := func() bool { return lctx.Err() == nil && le.IsLeader() && le.Check(-d/5) == nil }
+				lead(lctx, isWriter)
+			},
 			OnStoppedLeading: func() {},
 		},
 	})
 	if err != nil {
 		return err
 	}
-	for ctx.Err() == nil {
-		le.Run(ctx) // returns when leadership is lost; try again
+	// When ctx ends: stop lead, wait for it, then stop the elector.
+	stopWatch := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		stopping = true
+		wasLeading := leading
+		mu.Unlock()
+		if wasLeading {
+			<-done
+		}
+		stopElector()
+	})
+	defer stopWatch()
+	le.Run(electCtx) // returns when the lease is lost or the elector stopped
+	mu.Lock()
+	stopping = true
+	wasLeading := leading
+	mu.Unlock()
+	if wasLeading {
+		<-done // never acquire again (or release) while the last lead still runs
+	}
+	if ctx.Err() != nil && wasLeading {
+		w.release(lock)
 	}
 	return nil
+}
+
+// release hands the lease back at shutdown, so the next agent of a rolling update takes
+// over at once instead of after a lease duration; it is called only once lead returned.
+// Like client-go's own release, it keeps the record but leaves no holder.
+func (w WriterLease) release(lock *resourcelock.LeaseLock) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec, _, err := lock.Get(ctx)
+	if err != nil || rec.HolderIdentity != w.Identity {
+		return
+	}
+	now := metav1.NewTime(time.Now())
+	_ = lock.Update(ctx, resourcelock.LeaderElectionRecord{LeaderTransitions: rec.LeaderTransitions,
+		LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now})
 }

@@ -160,7 +160,7 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 	if err := checkIdentity(spec.Process.User, gen.UID); err != nil {
 		return err
 	}
-	if err := validateApp(l, app); err != nil {
+	if err := validateApp(ctx, l, app); err != nil {
 		return err
 	}
 	mask, err := appMask(l)

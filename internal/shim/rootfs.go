@@ -1,8 +1,7 @@
 package shim
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -64,21 +63,11 @@ func readLaunch(dir string) (*artifact.Launch, error) {
 	return artifact.ParseLaunch(b)
 }
 
-// validateApp applies the layer content rules to the application layers, remembering a
-// positive verdict per layer set (snapshots are immutable and never reuse a path).
-func validateApp(l hoststate.Layout, app []string) error {
-	h := sha256.Sum256([]byte(strings.Join(app, "\n")))
-	mark := filepath.Join(l.State, "verdicts", hex.EncodeToString(h[:]))
-	if _, err := os.Stat(mark); err == nil {
-		return nil
-	}
-	if err := artifact.ValidateDirLayers(app, nil); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(mark), 0o700); err != nil {
-		return err
-	}
-	return os.WriteFile(mark, nil, 0o600)
+// validateApp applies the layer content rules to the application layers within
+// appValidationTimeout, remembering every verdict about the layers themselves per layer
+// set (see cachedValidation).
+func validateApp(ctx context.Context, l hoststate.Layout, app []string) error {
+	return cachedValidation(ctx, filepath.Join(l.State, "verdicts"), app, artifact.DefaultLimits())
 }
 
 // appMask returns a layer holding an opaque, empty /app: placed between the application

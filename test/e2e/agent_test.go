@@ -48,9 +48,10 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 	// the expiry subtest shortens it.
 	agent := &provisioner.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 2 * time.Minute, Log: t.Logf,
 		Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
+	defer agent.Close()
 	agent.Host = &brewletv1.NodeCleanup{ShimInstalled: true, ContainerdHandlerRegistered: true} // what PrepareHost reported
 	must(host.CloseFence())                                                                     // as Run does at start
-	must(agent.Reconcile(ctx))
+	must(agent.ReconcileAndWait(ctx))
 
 	node := &corev1.Node{}
 	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, node))
@@ -64,7 +65,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 		t.Fatalf("NodeRuntime %+v", nrt)
 	}
 	rv := nrt.ResourceVersion
-	must(agent.Reconcile(ctx))
+	must(agent.ReconcileAndWait(ctx))
 	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt))
 	if nrt.ResourceVersion != rv {
 		t.Fatal("an unchanged pass rewrote NodeRuntime status")
@@ -86,7 +87,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 		ri.Spec.Source.Image = refs["python2"]
 		must(c.Update(ctx, ri))
 		setGeneration(t, c, ri, 2)
-		must(agent.Reconcile(ctx))
+		must(agent.ReconcileAndWait(ctx))
 		if cur, err := host.Current(pyID); err != nil || cur.Generation != 2 {
 			t.Fatalf("current after rotation: %v %v", cur, err)
 		}
@@ -95,7 +96,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 	t.Run("authorization expires without the API server and renews after", func(t *testing.T) {
 		ttl := 3 * time.Second
 		agent.AuthTTL = ttl
-		must(agent.Reconcile(ctx)) // the last confirmation before the node is cut off
+		must(agent.ReconcileAndWait(ctx)) // the last confirmation before the node is cut off
 		cp.StopAPIServer()
 		if err := agent.Reconcile(ctx); err == nil {
 			t.Fatal("a pass without the API server succeeded")
@@ -106,7 +107,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 		cp.StartAPIServer(t)
 		agent.Client = cp.Client
 		agent.AuthTTL = 2 * time.Minute
-		must(agent.Reconcile(ctx))
+		must(agent.ReconcileAndWait(ctx))
 		if _, _, err := d.start(t, nil, nil); err != nil {
 			t.Fatalf("start after renewal: %v", err)
 		}
@@ -133,7 +134,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 			must(c.Update(ctx, ri))
 			gen++
 			setGeneration(t, c, ri, gen)
-			must(agent.Reconcile(ctx))
+			must(agent.ReconcileAndWait(ctx))
 			must(c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt))
 			e := nrt.Status.Runtimes[0]
 			if e.State != "Ready" || e.Generation != 2 || e.Reason != string(tc.reason) || !strings.Contains(e.Message, "refused") {
@@ -147,7 +148,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 
 	t.Run("deleting the RuntimeImage revokes at once", func(t *testing.T) {
 		must(c.Delete(ctx, ri))
-		must(agent.Reconcile(ctx))
+		must(agent.ReconcileAndWait(ctx))
 		_, _, err := d.start(t, nil, nil)
 		expectReason(t, err, vocab.ReasonRuntimeImageRevoked)
 		must(c.Get(ctx, client.ObjectKey{Name: nodeName}, node))
@@ -175,7 +176,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 			t.Fatal("recreated RuntimeImage kept its UID")
 		}
 		setGeneration(t, c, ri, 1)
-		must(agent.Reconcile(ctx))
+		must(agent.ReconcileAndWait(ctx))
 		cur, err := host.Current(pyID)
 		if err != nil || cur.Epoch != string(ri.UID) || cur.Generation != 1 {
 			t.Fatalf("current after recreation: %v %v (new epoch %s)", cur, err, ri.UID)
@@ -202,9 +203,11 @@ func TestAgentOnDemandInstall(t *testing.T) {
 	n, c, nodeName, ri, must := e.n, e.c, e.nodeName, e.ri, e.must
 	ctx := context.Background()
 	host := hoststate.Under(n.HostPrefix)
-	agent := &provisioner.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 5 * time.Minute, Period: time.Hour, Log: t.Logf,
+	// A period far longer than the shim's OnDemand wait: only the request can wake the agent.
+	agent := &provisioner.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 5 * time.Minute, Period: 2 * time.Minute, Log: t.Logf,
 		Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
-	must(agent.Reconcile(ctx))
+	defer agent.Close()
+	must(agent.ReconcileAndWait(ctx))
 	node := &corev1.Node{}
 	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, node))
 	if node.Labels["brewlet.sh/runtime."+pyID] != "available" || node.Labels["brewlet.sh/runtime"] != "ready" {
@@ -222,9 +225,10 @@ func TestAgentOnDemandInstall(t *testing.T) {
 
 	// With the agent running (and a period of an hour), the request wakes it.
 	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	must(host.CloseFence()) // an agent (re)start: the fence is closed until its first pass
-	go func() { _ = agent.Run(runCtx) }()
+	ran := make(chan struct{})
+	defer func() { stop(); <-ran }() // Run returns once its installs stopped
+	must(host.CloseFence())          // an agent (re)start: the fence is closed until its first pass
+	go func() { defer close(ran); _ = agent.Run(runCtx) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for host.CheckFence() != nil {
 		if time.Now().After(deadline) {

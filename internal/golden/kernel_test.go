@@ -1,0 +1,105 @@
+package golden
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"brewlet.sh/brewlet/internal/artifact"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// runtimeLayers writes two extracted runtime layers as the installer stores them: the
+// lower one has a setuid /usr/bin/su, the upper one marks /usr/bin with
+// trusted.overlay.opaque=value.
+func runtimeLayers(t *testing.T, value string) (lower, upper string) {
+	t.Helper()
+	base, err := os.MkdirTemp("", "brewlet-rt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	lower, upper = filepath.Join(base, "a"), filepath.Join(base, "b")
+	for _, d := range []string{filepath.Join(lower, "usr/bin"), filepath.Join(upper, "usr/bin")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	su := filepath.Join(lower, "usr/bin/su")
+	if err := os.WriteFile(su, []byte("ELF"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(su, 0o4755|fs.ModeSetuid); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Lsetxattr(filepath.Join(upper, "usr/bin"), artifact.OpaqueXattr, []byte(value), 0); err != nil {
+		t.Fatal(err)
+	}
+	return lower, upper
+}
+
+// kernelShows mounts the layers with overlayfs and reports whether path exists there.
+func kernelShows(t *testing.T, lower, upper, path string) bool {
+	t.Helper()
+	mnt, err := os.MkdirTemp("", "brewlet-mnt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = os.Remove(mnt) }()
+	if err := unix.Mount("overlay", mnt, "overlay", unix.MS_RDONLY, "lowerdir="+upper+":"+lower); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("overlay mount: %v", err)
+		}
+		t.Skipf("overlay mount: %v", err)
+	}
+	defer func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) }()
+	_, err = os.Lstat(filepath.Join(mnt, path))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// TestRuntimeOpaqueAgreesWithKernel: a setuid file behind an opaque marker that is not "y"
+// is shown by the kernel and refused; behind a real "y" marker the kernel hides it and the
+// runtime is valid. The validator hides exactly what the kernel hides.
+func TestRuntimeOpaqueAgreesWithKernel(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("CI must run as root: overlay mounts and trusted.* xattrs need it")
+		}
+		t.Skip("needs root")
+	}
+	for _, tc := range []struct {
+		value  string
+		shown  bool
+		reason vocab.Reason
+	}{
+		{value: "n", shown: true, reason: vocab.ReasonLayerPathViolation},
+		{value: "yes", shown: true, reason: vocab.ReasonLayerPathViolation},
+		{value: "y", shown: false},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			lower, upper := runtimeLayers(t, tc.value)
+			if got := kernelShows(t, lower, upper, "usr/bin/su"); got != tc.shown {
+				t.Fatalf("kernel shows usr/bin/su: %v, want %v", got, tc.shown)
+			}
+			root, err := IndexDirLayersContext(context.Background(), []string{lower, upper})
+			if err == nil {
+				_, err = Validate(root, nil, User{UID: 10001, GID: 10001})
+			}
+			if vocab.ReasonOf(err) != tc.reason {
+				t.Fatalf("got %v, want reason %q", err, tc.reason)
+			}
+			if tc.reason != "" && !strings.Contains(err.Error(), artifact.OpaqueXattr) {
+				t.Fatalf("message does not name the attribute: %v", err)
+			}
+		})
+	}
+}

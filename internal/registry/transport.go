@@ -1,0 +1,143 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// Timeouts bound every phase of a registry call, so a registry or mirror that accepts a
+// connection and then goes quiet cannot hold a node's install (and whatever waits behind
+// it) for ever. Zero fields take the defaults of DefaultTimeouts.
+type Timeouts struct {
+	Dial           time.Duration // TCP connect
+	TLSHandshake   time.Duration
+	ResponseHeader time.Duration // request sent until the status line and headers arrive
+	Idle           time.Duration // an idle keep-alive connection is closed after this
+	// Stall bounds the wait for the next bytes of a response body. A body may take as long
+	// as it needs in total (the caller's deadline bounds that) as long as it keeps moving.
+	Stall time.Duration
+}
+
+// DefaultTimeouts suit a registry on the far side of a slow link: generous for one round
+// trip, far shorter than an install's deadline.
+var DefaultTimeouts = Timeouts{
+	Dial:           10 * time.Second,
+	TLSHandshake:   10 * time.Second,
+	ResponseHeader: 30 * time.Second,
+	Idle:           90 * time.Second,
+	Stall:          30 * time.Second,
+}
+
+func (t Timeouts) withDefaults() Timeouts {
+	d := DefaultTimeouts
+	pick := func(v, def time.Duration) time.Duration {
+		if v > 0 {
+			return v
+		}
+		return def
+	}
+	return Timeouts{Dial: pick(t.Dial, d.Dial), TLSHandshake: pick(t.TLSHandshake, d.TLSHandshake),
+		ResponseHeader: pick(t.ResponseHeader, d.ResponseHeader), Idle: pick(t.Idle, d.Idle), Stall: pick(t.Stall, d.Stall)}
+}
+
+// Transport is an HTTP transport with every timeout of t set, whose response bodies fail
+// with a *StallError when no byte arrives for t.Stall.
+func Transport(t Timeouts) http.RoundTripper {
+	t = t.withDefaults()
+	base := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: t.Dial, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   50,
+		IdleConnTimeout:       t.Idle,
+		TLSHandshakeTimeout:   t.TLSHandshake,
+		ResponseHeaderTimeout: t.ResponseHeader,
+		ExpectContinueTimeout: time.Second,
+	}
+	return &stallTransport{base: base, stall: t.Stall}
+}
+
+// WithTimeouts is the remote option for Transport(t). Put it before any option that sets
+// a transport of its own (the last one wins).
+func WithTimeouts(t Timeouts) remote.Option { return remote.WithTransport(Transport(t)) }
+
+// StallError is a response body that stopped moving.
+type StallError struct {
+	URL   string
+	After time.Duration
+}
+
+func (e *StallError) Error() string {
+	return fmt.Sprintf("%s sent no data for %s (read stall timeout); the registry or the network stopped mid-transfer", e.URL, e.After)
+}
+
+type stallTransport struct {
+	base  http.RoundTripper
+	stall time.Duration
+}
+
+func (s *stallTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	// The request gets a context of its own so a stalled body can be cut off: cancelling
+	// it makes the blocked Read return at once.
+	ctx, cancel := context.WithCancel(req.Context())
+	resp, err := s.base.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	b := &stallBody{rc: resp.Body, cancel: cancel, url: req.URL.Redacted(), after: s.stall}
+	b.timer = time.AfterFunc(s.stall, b.fire)
+	b.timer.Stop() // armed only while a Read waits
+	resp.Body = b
+	return resp, nil
+}
+
+// stallBody arms a timer around each Read: time spent by the consumer between reads
+// (writing to disk) never counts against the registry.
+type stallBody struct {
+	rc     io.ReadCloser
+	cancel context.CancelFunc
+	timer  *time.Timer
+	url    string
+	after  time.Duration
+
+	mu      sync.Mutex
+	stalled bool
+}
+
+func (b *stallBody) fire() {
+	b.mu.Lock()
+	b.stalled = true
+	b.mu.Unlock()
+	b.cancel()
+}
+
+func (b *stallBody) Read(p []byte) (int, error) {
+	b.timer.Reset(b.after)
+	n, err := b.rc.Read(p)
+	b.timer.Stop()
+	if err != nil && err != io.EOF {
+		b.mu.Lock()
+		stalled := b.stalled
+		b.mu.Unlock()
+		if stalled {
+			return n, &StallError{URL: b.url, After: b.after}
+		}
+	}
+	return n, err
+}
+
+func (b *stallBody) Close() error {
+	b.timer.Stop()
+	err := b.rc.Close()
+	b.cancel()
+	return err
+}

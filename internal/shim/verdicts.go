@@ -1,0 +1,176 @@
+package shim
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"brewlet.sh/brewlet/internal/artifact"
+	"brewlet.sh/brewlet/internal/hoststate"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+const (
+	// appValidationTimeout bounds validating one layer set, so that no image stalls a
+	// create (containerd and kubelet wait minutes before giving up on their own).
+	appValidationTimeout = 30 * time.Second
+	// maxVerdicts bounds the verdict cache; the least recently used verdicts go first.
+	maxVerdicts = 4096
+	// maxVerdictFile bounds a verdict file read back (a refusal message is under 1 KiB).
+	maxVerdictFile = 64 << 10
+)
+
+// verdict is the remembered outcome of validating one layer set.
+type verdict struct {
+	OK      bool         `json:"ok,omitempty"`
+	Reason  vocab.Reason `json:"reason,omitempty"`
+	Message string       `json:"message,omitempty"`
+}
+
+// err returns the refusal as first reported: same reason, same text.
+func (v verdict) err() error {
+	if v.OK {
+		return nil
+	}
+	return &vocab.Error{Reason: v.Reason, Message: v.Message}
+}
+
+// verdictOf says what of a validation's outcome may be remembered: acceptance, and
+// refusals that are properties of the layers. Running out of time is not (the next try may
+// be on a quieter node), nor is an I/O error.
+func verdictOf(err error) (verdict, bool) {
+	r := vocab.ReasonOf(err)
+	switch {
+	case err == nil:
+		return verdict{OK: true}, true
+	case r == "" || artifact.IsDeadline(err):
+		return verdict{}, false
+	}
+	return verdict{Reason: r, Message: strings.TrimPrefix(err.Error(), string(r)+": ")}, true
+}
+
+// layerSetKey names a layer set by the identity of its directories rather than their
+// paths: containerd reuses snapshot numbers (".../snapshots/<n>/fs") after its state is
+// wiped, but a directory created anew has a new birth time (or, where the filesystem keeps
+// none, a new change time) even when its inode number is reused. The rules version and the
+// limits are part of the key, so that other rules never answer.
+func layerSetKey(dirs []string, lim artifact.Limits) (string, error) {
+	h := sha256.New()
+	_, _ = fmt.Fprintf(h, "brewlet layer rules v%d, %d entries, %d path bytes\n", artifact.RulesVersion, lim.Entries, lim.PathBytes)
+	for _, d := range dirs {
+		id, err := dirIdentity(d)
+		if err != nil {
+			return "", err
+		}
+		_, _ = fmt.Fprintln(h, id)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func dirIdentity(dir string) (string, error) {
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, dir, 0, unix.STATX_INO|unix.STATX_BTIME|unix.STATX_CTIME, &st); err != nil {
+		return "", &fs.PathError{Op: "statx", Path: dir, Err: err}
+	}
+	born := fmt.Sprintf("born %d.%09d", st.Btime.Sec, st.Btime.Nsec)
+	if st.Mask&unix.STATX_BTIME == 0 {
+		born = fmt.Sprintf("changed %d.%09d", st.Ctime.Sec, st.Ctime.Nsec)
+	}
+	return fmt.Sprintf("dev %d:%d ino %d %s", st.Dev_major, st.Dev_minor, st.Ino, born), nil
+}
+
+// cachedValidation validates a layer set, or answers from the verdict cache in dir.
+func cachedValidation(ctx context.Context, dir string, layers []string, lim artifact.Limits) error {
+	key, err := layerSetKey(layers, lim)
+	if err != nil {
+		return err
+	}
+	file := filepath.Join(dir, key)
+	if v, ok := readVerdict(file); ok {
+		now := time.Now()
+		_ = os.Chtimes(file, now, now) // recently used: kept longest when pruning
+		return v.err()
+	}
+	ctx, cancel := context.WithTimeout(ctx, appValidationTimeout)
+	defer cancel()
+	err = artifact.ValidateDirLayers(ctx, layers, nil, lim)
+	if v, ok := verdictOf(err); ok {
+		// The verdict stands whether or not it is remembered: a failed write costs only
+		// another validation later.
+		_ = storeVerdict(dir, file, v)
+	}
+	return err
+}
+
+func readVerdict(file string) (verdict, bool) {
+	f, err := os.Open(file)
+	if err != nil {
+		return verdict{}, false
+	}
+	defer func() { _ = f.Close() }()
+	return parseVerdict(io.LimitReader(f, maxVerdictFile))
+}
+
+// parseVerdict reads a verdict strictly; anything unreadable, or from another format, is
+// no verdict (the layers are validated again).
+func parseVerdict(r io.Reader) (verdict, bool) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var v verdict
+	if err := dec.Decode(&v); err != nil || v.OK == (v.Reason != "") || (v.OK && v.Message != "") {
+		return verdict{}, false
+	}
+	return v, true
+}
+
+func storeVerdict(dir, file string, v verdict) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if err := hoststate.WriteFileAtomic(file, b, 0o600); err != nil {
+		return err
+	}
+	return pruneVerdicts(dir, maxVerdicts)
+}
+
+// pruneVerdicts keeps the keep most recently used files of dir.
+func pruneVerdicts(dir string, keep int) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) <= keep {
+		return err
+	}
+	type aged struct {
+		name string
+		used time.Time
+	}
+	var all []aged
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil {
+			all = append(all, aged{e.Name(), fi.ModTime()})
+		}
+	}
+	slices.SortFunc(all, func(a, b aged) int { return a.used.Compare(b.used) })
+	var errs []error
+	for _, a := range all[:max(0, len(all)-keep)] {
+		if err := os.Remove(filepath.Join(dir, a.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
