@@ -24,6 +24,14 @@ type RuntimeImageSpec struct {
 	// Compatibility is informational: what applications on this ID may rely on.
 	// +optional
 	Compatibility *Compatibility `json:"compatibility,omitempty"`
+
+	// Revoked is the administrator's kill switch. True makes the operator set
+	// Approved=False (reason Revoked): no new container starts with this ID on any node
+	// within the authorization expiry, while running containers keep going. Setting it back
+	// to false re-approves the same epoch (same UID, generations continue).
+	// +optional
+	// +kubebuilder:default=false
+	Revoked bool `json:"revoked,omitempty"`
 }
 
 // RuntimeImageSource is where the runtime comes from.

@@ -60,6 +60,11 @@ const (
 	// Rotation restarts (operator).
 	ReasonRestartNotApplicable Reason = "RestartNotApplicable"
 	ReasonRestartDeferred      Reason = "RestartDeferred"
+
+	// RuntimeImage approval (operator, condition Approved).
+	ReasonApproved Reason = "Approved" // approved: nodes may authorize the current generation
+	ReasonRevoked  Reason = "Revoked"  // spec.revoked, the administrator's kill switch
+	ReasonDeleting Reason = "Deleting" // being deleted: revoked until every node withdrew the epoch
 )
 
 // Error is a refusal: a Reason and a message saying what happened, to what, and what to

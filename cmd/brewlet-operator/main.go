@@ -1,0 +1,45 @@
+// Command brewlet-operator runs Brewlet's cluster controllers: today the RuntimeImage
+// controller (generations per epoch, Approved, the revocation finalizer). See
+// docs/operator.md.
+package main
+
+import (
+	"flag"
+	"log/slog"
+	"os"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"brewlet.sh/brewlet/internal/operator"
+)
+
+func main() {
+	o := operator.Options{}
+	flag.StringVar(&o.MetricsAddress, "metrics-address", ":8080", "serve Prometheus /metrics here (0: off)")
+	flag.StringVar(&o.ProbeAddress, "health-probe-address", ":8081", "serve /healthz and /readyz here (0: off)")
+	flag.BoolVar(&o.LeaderElection, "leader-elect", true, "run controllers only while holding the leader Lease")
+	flag.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", envOr("POD_NAMESPACE", "brewlet-system"), "namespace of the leader Lease")
+	flag.StringVar(&o.LeaderElectionID, "leader-election-id", operator.DefaultLeaderElectionID, "name of the leader Lease")
+	flag.Parse()
+
+	o.Logger = logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil))
+	ctrl.SetLogger(o.Logger)
+	ctx := ctrl.SetupSignalHandler()
+	mgr, err := operator.New(ctx, ctrl.GetConfigOrDie(), o)
+	if err != nil {
+		o.Logger.Error(err, "start brewlet-operator")
+		os.Exit(1)
+	}
+	if err := mgr.Start(ctx); err != nil {
+		o.Logger.Error(err, "brewlet-operator stopped")
+		os.Exit(1)
+	}
+}
+
+func envOr(k, d string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return d
+}

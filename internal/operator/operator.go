@@ -1,0 +1,123 @@
+// Package operator builds brewlet-operator: a controller-runtime manager with leader
+// election, /metrics, /healthz and /readyz, and one controller per kind (today the
+// RuntimeImage controller, internal/operator/runtimeimage).
+package operator
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/runtimeimage"
+)
+
+// DefaultLeaderElectionID is the name of the coordination Lease the replicas compete for.
+const DefaultLeaderElectionID = "brewlet-operator"
+
+// Options configure the manager. Zero values are production defaults where one exists.
+type Options struct {
+	// MetricsAddress serves Prometheus /metrics ("0" turns it off).
+	MetricsAddress string
+	// ProbeAddress serves /healthz and /readyz ("" or "0" turns them off).
+	ProbeAddress string
+	// LeaderElection lets only one replica reconcile at a time. Correctness does not rest
+	// on it (every write is conditional on the resourceVersion it was decided from); it
+	// keeps replicas from doing the same work twice.
+	LeaderElection bool
+	// LeaderElectionNamespace holds the Lease (required outside a cluster).
+	LeaderElectionNamespace string
+	// LeaderElectionID names the Lease (default DefaultLeaderElectionID).
+	LeaderElectionID string
+	// LeaseDuration, RenewDeadline, RetryPeriod: client-go leader election timings
+	// (zero: controller-runtime's 15s, 10s, 2s).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Logger for the manager and controllers (zero: discard).
+	Logger logr.Logger
+	// SkipNameValidation allows several managers in one process (tests restart the
+	// operator in-process).
+	SkipNameValidation bool
+}
+
+// Scheme returns the types the operator reads and writes.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := brewletv1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// New builds the manager with every controller registered; Start runs it. main and the
+// end-to-end tests both call New, so tests run exactly what ships.
+func New(ctx context.Context, cfg *rest.Config, o Options) (manager.Manager, error) {
+	s, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	mo := manager.Options{
+		Scheme:                  s,
+		Logger:                  o.Logger,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddress},
+		HealthProbeBindAddress:  o.ProbeAddress,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		LeaderElectionID:        o.LeaderElectionID,
+		// Lease, not the older ConfigMap locks: the only lock client-go still supports.
+		LeaderElectionResourceLock: "leases",
+		// A stopping replica hands the Lease over at once instead of making the next one
+		// wait a lease duration; safe because writes never rely on being leader.
+		LeaderElectionReleaseOnCancel: true,
+	}
+	if mo.LeaderElectionID == "" {
+		mo.LeaderElectionID = DefaultLeaderElectionID
+	}
+	if o.MetricsAddress == "" {
+		mo.Metrics.BindAddress = "0"
+	}
+	if o.ProbeAddress == "0" {
+		mo.HealthProbeBindAddress = ""
+	}
+	for _, d := range []struct {
+		v   time.Duration
+		dst **time.Duration
+	}{{o.LeaseDuration, &mo.LeaseDuration}, {o.RenewDeadline, &mo.RenewDeadline}, {o.RetryPeriod, &mo.RetryPeriod}} {
+		if d.v > 0 {
+			v := d.v
+			*d.dst = &v
+		}
+	}
+	mgr, err := manager.New(cfg, mo)
+	if err != nil {
+		return nil, fmt.Errorf("brewlet-operator manager: %w", err)
+	}
+	if err := runtimeimage.Setup(ctx, mgr, o.SkipNameValidation); err != nil {
+		return nil, fmt.Errorf("RuntimeImage controller: %w", err)
+	}
+	// healthz: the process serves. readyz: the informers are synced, so a replica that
+	// cannot see the API server is not reported ready.
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("informers", func(req *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+			return fmt.Errorf("informer caches not synced")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}

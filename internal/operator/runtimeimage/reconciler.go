@@ -1,0 +1,142 @@
+package runtimeimage
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// IndexRuntimeID indexes NodeRuntimes by the runtime IDs their status reports, so a pass
+// reads only the nodes that report its ID, from the informer cache.
+const IndexRuntimeID = "status.runtimes.id"
+
+// conflictAttempts bounds how often one pass re-reads and re-decides after losing an
+// optimistic-concurrency race before it hands the request back to the rate-limited queue.
+const conflictAttempts = 5
+
+// Reconciler is the thin RuntimeImage reconciler: read, Decide, write.
+type Reconciler struct {
+	// Client reads from the informer cache and writes to the API server.
+	Client client.Client
+	// APIReader reads from the API server directly: after a conflict (the cache is behind
+	// the write that beat us) and to confirm that no node holds an epoch before its
+	// finalizer is released.
+	APIReader client.Reader
+	// Now is the clock for condition transition times (tests); nil means metav1.Now.
+	Now func() metav1.Time
+}
+
+// Reconcile brings one RuntimeImage's status and finalizer to what Decide says. Every write
+// carries the resourceVersion the decision was made from; on a conflict the object is read
+// again from the API server and the decision made again, so a generation is only ever
+// derived from the status actually stored.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ri := &brewletv1.RuntimeImage{}
+	if err := r.Client.Get(ctx, req.NamespacedName, ri); err != nil {
+		if apierrors.IsNotFound(err) {
+			forget(req.Name)
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	for attempt := 1; ; attempt++ {
+		err := r.pass(ctx, ri)
+		if !apierrors.IsConflict(err) || attempt == conflictAttempts {
+			if apierrors.IsNotFound(err) {
+				return reconcile.Result{}, nil // deleted under us; the delete event follows
+			}
+			if ctx.Err() != nil {
+				return reconcile.Result{}, nil // stopping: the next leader decides again from the stored status
+			}
+			return reconcile.Result{}, err
+		}
+		ri = &brewletv1.RuntimeImage{}
+		if err := r.APIReader.Get(ctx, req.NamespacedName, ri); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+}
+
+// pass makes one decision from ri and writes it. The finalizer goes on before any status,
+// so no node can ever be handed a generation of an epoch that could vanish without the
+// hold.
+func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) error {
+	reports := &brewletv1.NodeRuntimeList{}
+	if err := r.Client.List(ctx, reports, client.MatchingFields{IndexRuntimeID: ri.Name}); err != nil {
+		return fmt.Errorf("list NodeRuntimes reporting %s: %w", ri.Name, err)
+	}
+	d := Decide(ri, reports.Items, r.now())
+	if d.AddFinalizer {
+		controllerutil.AddFinalizer(ri, vocab.FinalizerRevocation)
+		if err := r.Client.Update(ctx, ri); err != nil {
+			return err
+		}
+	}
+	if !equality.Semantic.DeepEqual(ri.Status, d.Status) {
+		ri.Status = d.Status
+		if err := r.Client.Status().Update(ctx, ri); err != nil {
+			return err
+		}
+	}
+	observe(ri)
+	if !d.ReleaseFinalizer {
+		return nil
+	}
+	// The cache said no node holds the epoch; a watch that lags could hide a report
+	// written before the deletion. Releasing is final and happens once per object, so
+	// it is worth one read from the API server.
+	fresh := &brewletv1.NodeRuntimeList{}
+	if err := r.APIReader.List(ctx, fresh); err != nil {
+		return fmt.Errorf("confirm that no node holds %s epoch %s: %w", ri.Name, ri.UID, err)
+	}
+	if holders := Holders(ri.Name, ri.UID, fresh.Items); len(holders) > 0 {
+		return fmt.Errorf("%s epoch %s is still held by node(s) %v (the cache was behind)", ri.Name, ri.UID, holders)
+	}
+	controllerutil.RemoveFinalizer(ri, vocab.FinalizerRevocation)
+	if err := r.Client.Update(ctx, ri); err != nil {
+		return err
+	}
+	forget(ri.Name)
+	return nil
+}
+
+func (r *Reconciler) now() metav1.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return metav1.Now()
+}
+
+// RuntimeIDs is the index function of IndexRuntimeID.
+func RuntimeIDs(o client.Object) []string {
+	nrt, ok := o.(*brewletv1.NodeRuntime)
+	if !ok {
+		return nil
+	}
+	ids := make([]string, 0, len(nrt.Status.Runtimes))
+	for _, e := range nrt.Status.Runtimes {
+		ids = append(ids, e.ID)
+	}
+	return ids
+}
+
+// Requests maps a NodeRuntime to the RuntimeImages it reports. controller-runtime maps
+// both the old and the new object of an update, so an entry a node drops still wakes its
+// RuntimeImage (the finalizer waits for exactly that).
+func Requests(_ context.Context, o client.Object) []reconcile.Request {
+	ids := RuntimeIDs(o)
+	out := make([]reconcile.Request, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: id}})
+	}
+	return out
+}
