@@ -9,7 +9,7 @@ GO_TEST_FLAGS ?=
 # Fuzz targets: package:target pairs run for FUZZTIME each in `make fuzz`.
 FUZZTIME ?= 15s
 
-.PHONY: all build tools generate verify-generated lint test test-unit test-e2e fuzz demo runtimes bench clean
+.PHONY: all build tools generate verify-generated lint test test-unit test-e2e fuzz demo images runtimes bench clean
 
 all: build
 
@@ -62,6 +62,12 @@ test: tools verify-generated lint test-unit test-e2e
 ## through the brewlet shim. (A local cluster with the operator replaces this later.)
 demo: tools
 	go test -count=1 -v -run 'TestDataPathRunsAppOnRuntime$$' ./test/e2e/
+
+## images: build the operator and provisioner images (linux/amd64 and linux/arm64, no
+## container engine) and push them to REGISTRY; prints one "name repo@sha256:..." line each
+images:
+	@test -n "$(REGISTRY)" || { echo "usage: make images REGISTRY=127.0.0.1:5000/brewlet [TAG=v0.1.0]" >&2; exit 2; }
+	go run ./hack/images --registry $(REGISTRY) --tag $(or $(TAG),dev)
 
 ## runtimes: build the local runtime images from Debian packages and push them to REGISTRY
 runtimes:

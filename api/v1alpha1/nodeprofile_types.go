@@ -69,6 +69,11 @@ type RolloutPolicy struct {
 	// +optional
 	// +kubebuilder:validation:XIntOrString
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+	// MaxFailures is how many nodes may fail a generation before its rotation halts
+	// (no further node is allowed it; only a new digest resumes); default 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxFailures *int32 `json:"maxFailures,omitempty"`
 }
 
 // NodeProfileStatus is written by the operator.
@@ -118,6 +123,7 @@ type LedgerEntry struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Pool-Key",type=string,JSONPath=`.spec.nodePool.key`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Assigned",type=integer,JSONPath=`.status.assignedNodes`
 // +kubebuilder:printcolumn:name="Ready-Nodes",type=integer,JSONPath=`.status.readyNodes`
 // +kubebuilder:printcolumn:name="Cleanup",type=string,JSONPath=`.status.conditions[?(@.type=="CleanupComplete")].status`

@@ -7,6 +7,13 @@ import (
 
 // NodeRuntimeSpec holds the operator's per-ID directives for one node.
 type NodeRuntimeSpec struct {
+	// ContainerdRestart is the node's containerd registration mode, copied by the operator
+	// from the node's NodeProfile: validated (register the brewlet handler, restart,
+	// health-check, roll back on failure) or none (the node image has the handler). Empty:
+	// the agent's --containerd-restart flag decides.
+	// +optional
+	// +kubebuilder:validation:Enum=validated;none
+	ContainerdRestart string `json:"containerdRestart,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=id
@@ -105,6 +112,8 @@ type NodeCleanup struct {
 // +kubebuilder:printcolumn:name="Complete",type=boolean,JSONPath=`.status.complete`
 // +kubebuilder:printcolumn:name="Runtimes",type=string,JSONPath=`.status.runtimes[*].id`
 // +kubebuilder:printcolumn:name="States",type=string,JSONPath=`.status.runtimes[*].state`
+// +kubebuilder:printcolumn:name="Generations",type=string,JSONPath=`.status.runtimes[*].generation`
+// +kubebuilder:printcolumn:name="Allowed",type=string,JSONPath=`.spec.runtimes[*].allowedGeneration`,priority=1
 // +kubebuilder:printcolumn:name="Observed",type=date,JSONPath=`.status.observedAt`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type NodeRuntime struct {

@@ -184,6 +184,9 @@ type WorkloadRestart struct {
 // +kubebuilder:printcolumn:name="Generation",type=integer,JSONPath=`.status.generation`
 // +kubebuilder:printcolumn:name="Approved",type=string,JSONPath=`.status.conditions[?(@.type=="Approved")].status`
 // +kubebuilder:printcolumn:name="Rotated",type=string,JSONPath=`.status.conditions[?(@.type=="RotationComplete")].status`
+// +kubebuilder:printcolumn:name="Current-Nodes",type=integer,JSONPath=`.status.rotation.nodes.current`
+// +kubebuilder:printcolumn:name="Failed-Nodes",type=integer,JSONPath=`.status.rotation.nodes.failed`
+// +kubebuilder:printcolumn:name="Rotation",type=string,JSONPath=`.status.conditions[?(@.type=="RotationProgressing")].reason`
 // +kubebuilder:printcolumn:name="Old-Tasks",type=string,JSONPath=`.status.conditions[?(@.type=="OldGenerationTasks")].status`
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.source.image`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -21,7 +22,13 @@ func main() {
 	flag.BoolVar(&o.LeaderElection, "leader-elect", true, "run controllers only while holding the leader Lease")
 	flag.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", envOr("POD_NAMESPACE", "brewlet-system"), "namespace of the leader Lease")
 	flag.StringVar(&o.LeaderElectionID, "leader-election-id", operator.DefaultLeaderElectionID, "name of the leader Lease")
+	flag.IntVar(&o.Admission.Port, "webhook-port", 9443, "serve pod admission (HTTPS) on this port (0: off)")
+	flag.StringVar(&o.Admission.Host, "webhook-host", "", "serve pod admission on this address (default: all)")
+	flag.StringVar(&o.Admission.CertDir, "webhook-cert-dir", "", "write the pod admission serving certificate here (default: <tmp>/k8s-webhook-server/serving-certs)")
+	flag.DurationVar(&o.Admission.ResyncInterval, "webhook-cert-resync", time.Minute, "check the serving certificate Secret and the webhook caBundle this often")
 	flag.Parse()
+	// The certificate Secret lives beside the Lease, in the operator's own namespace.
+	o.Admission.Namespace = o.LeaderElectionNamespace
 
 	o.Logger = logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil))
 	ctrl.SetLogger(o.Logger)

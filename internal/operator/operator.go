@@ -1,6 +1,7 @@
 // Package operator builds brewlet-operator: a controller-runtime manager with leader
-// election, /metrics, /healthz and /readyz, and one controller per kind (today the
-// RuntimeImage controller, internal/operator/runtimeimage).
+// election, /metrics, /healthz and /readyz, and one controller per kind (the RuntimeImage
+// controller, internal/operator/runtimeimage, and the NodeProfile controller,
+// internal/operator/nodeprofile).
 package operator
 
 import (
@@ -18,6 +19,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/admission"
+	"brewlet.sh/brewlet/internal/operator/nodeprofile"
 	"brewlet.sh/brewlet/internal/operator/runtimeimage"
 )
 
@@ -46,6 +49,8 @@ type Options struct {
 	// SkipNameValidation allows several managers in one process (tests restart the
 	// operator in-process).
 	SkipNameValidation bool
+	// Admission configures the pod admission webhook (Port 0: off).
+	Admission admission.Options
 }
 
 // Scheme returns the types the operator reads and writes.
@@ -105,6 +110,12 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (manager.Manager, err
 	}
 	if err := runtimeimage.Setup(ctx, mgr, o.SkipNameValidation); err != nil {
 		return nil, fmt.Errorf("RuntimeImage controller: %w", err)
+	}
+	if err := nodeprofile.Setup(ctx, mgr, o.SkipNameValidation); err != nil {
+		return nil, fmt.Errorf("NodeProfile controller: %w", err)
+	}
+	if _, err := admission.Setup(mgr, o.Admission); err != nil {
+		return nil, fmt.Errorf("pod admission: %w", err)
 	}
 	// healthz: the process serves. readyz: the informers are synced, so a replica that
 	// cannot see the API server is not reported ready.

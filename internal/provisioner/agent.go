@@ -194,7 +194,8 @@ func (a *Agent) Reconcile(ctx context.Context) error {
 		images[ris.Items[i].Name] = &ris.Items[i]
 	}
 	if perr != nil {
-		profile = nil // a pool conflict revokes everything until an administrator resolves it
+		// A pool conflict: the oldest profile keeps the node (the operator refuses the newer
+		// one with the same rule), so serving nodes are never revoked by a new profile.
 		a.logf("%v", perr)
 	}
 	held, err := a.heldIDs()

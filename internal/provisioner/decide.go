@@ -13,51 +13,29 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/nodepool"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
 // controlPlaneLabel marks control-plane nodes, which profiles skip unless they opt in.
-const controlPlaneLabel = "node-role.kubernetes.io/control-plane"
+const controlPlaneLabel = nodepool.ControlPlaneLabel
 
-// SelectProfile returns the NodeProfile whose pool contains the node, nil if none does,
-// and PoolConflict if several do: a node never takes two profiles' word for it.
+// SelectProfile returns the NodeProfile whose pool contains the node, nil if none does.
+// When several do, the oldest (creationTimestamp, then name) keeps the node and the error
+// is a PoolConflict naming the others: the agent keeps serving what the older profile
+// offers (creating an overlapping profile never revokes serving nodes) and the operator
+// refuses the newer profile with the same rule (internal/nodepool).
 func SelectProfile(node *corev1.Node, profiles []brewletv1.NodeProfile) (*brewletv1.NodeProfile, error) {
-	var match []*brewletv1.NodeProfile
-	for i := range profiles {
-		p := &profiles[i]
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		v, ok := node.Labels[p.Spec.NodePool.Key]
-		if !ok || !contains(p.Spec.NodePool.Names, v) {
-			continue
-		}
-		if _, cp := node.Labels[controlPlaneLabel]; cp && !p.Spec.NodePool.IncludeControlPlane {
-			continue
-		}
-		match = append(match, p)
+	owner, refused := nodepool.Select(node, profiles)
+	if len(refused) == 0 {
+		return owner, nil
 	}
-	switch len(match) {
-	case 0:
-		return nil, nil
-	case 1:
-		return match[0], nil
-	}
-	names := make([]string, len(match))
-	for i, p := range match {
+	names := make([]string, len(refused))
+	for i, p := range refused {
 		names[i] = p.Name
 	}
 	sort.Strings(names)
-	return nil, vocab.Errorf(vocab.ReasonPoolConflict, "node %s is in the pools of NodeProfiles %s; make the pools disjoint", node.Name, strings.Join(names, ", "))
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
+	return owner, vocab.Errorf(vocab.ReasonPoolConflict, "node %s is also in the pools of the newer NodeProfiles %s, which are refused here; %s keeps the node. Make the pools disjoint", node.Name, strings.Join(names, ", "), owner.Name)
 }
 
 // Target is what the node should do with one runtime ID.

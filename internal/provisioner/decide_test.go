@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/vocab"
@@ -17,6 +19,17 @@ import (
 func profile(name string, names ...string) brewletv1.NodeProfile {
 	return brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: brewletv1.NodeProfileSpec{
 		NodePool: brewletv1.NodePool{Key: "pool", Names: names}, RuntimeImages: []brewletv1.OfferedRuntime{{ID: "py", Install: "Eager"}}}}
+}
+
+func aged(p brewletv1.NodeProfile, sec int64) brewletv1.NodeProfile {
+	p.CreationTimestamp = metav1.Unix(sec, 0)
+	return p
+}
+
+func deleting(p brewletv1.NodeProfile) brewletv1.NodeProfile {
+	now := metav1.Unix(100, 0)
+	p.DeletionTimestamp = &now
+	return p
 }
 
 func TestSelectProfile(t *testing.T) {
@@ -35,7 +48,9 @@ func TestSelectProfile(t *testing.T) {
 		{"match", node(map[string]string{"pool": "general"}), []brewletv1.NodeProfile{profile("a", "general"), profile("b", "gpu")}, "a", ""},
 		{"no label", node(nil), []brewletv1.NodeProfile{profile("a", "general")}, "", ""},
 		{"other pool", node(map[string]string{"pool": "batch"}), []brewletv1.NodeProfile{profile("a", "general")}, "", ""},
-		{"overlap", node(map[string]string{"pool": "general"}), []brewletv1.NodeProfile{profile("a", "general"), profile("b", "general", "gpu")}, "", vocab.ReasonPoolConflict},
+		{"overlap: the older profile keeps the node", node(map[string]string{"pool": "general"}), []brewletv1.NodeProfile{aged(profile("b", "general", "gpu"), 2), aged(profile("a", "general"), 1)}, "a", vocab.ReasonPoolConflict},
+		{"overlap: same age, the name decides", node(map[string]string{"pool": "general"}), []brewletv1.NodeProfile{profile("b", "general"), profile("a", "general", "gpu")}, "a", vocab.ReasonPoolConflict},
+		{"overlap: a deleted profile does not conflict", node(map[string]string{"pool": "general"}), []brewletv1.NodeProfile{deleting(aged(profile("a", "general"), 1)), aged(profile("b", "general"), 2)}, "b", ""},
 		{"control plane skipped", node(map[string]string{"pool": "general", controlPlaneLabel: ""}), []brewletv1.NodeProfile{profile("a", "general")}, "", ""},
 		{"control plane opted in", node(map[string]string{"pool": "general", controlPlaneLabel: ""}), []brewletv1.NodeProfile{cpProfile}, "cp", ""},
 	} {
@@ -173,5 +188,28 @@ func TestValidateTiming(t *testing.T) {
 		if (err == nil) != tc.ok || (err != nil && vocab.ReasonOf(err) != vocab.ReasonLimitExceeded) {
 			t.Errorf("ValidateTiming(%s, %s) = %v, want ok=%v", tc.ttl, tc.period, err, tc.ok)
 		}
+	}
+}
+
+func TestContainerdMode(t *testing.T) {
+	s := Scheme()
+	for _, tc := range []struct {
+		name string
+		objs []client.Object
+		flag vocab.ContainerdRestart
+		want vocab.ContainerdRestart
+	}{
+		{"no NodeRuntime: the flag", nil, vocab.ContainerdRestartValidated, vocab.ContainerdRestartValidated},
+		{"spec without a mode: the flag", []client.Object{&brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}}, vocab.ContainerdRestartNone, vocab.ContainerdRestartNone},
+		{"spec none overrides the flag", []client.Object{&brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: brewletv1.NodeRuntimeSpec{ContainerdRestart: "none"}}}, vocab.ContainerdRestartValidated, vocab.ContainerdRestartNone},
+		{"spec validated overrides the flag", []client.Object{&brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: brewletv1.NodeRuntimeSpec{ContainerdRestart: "validated"}}}, vocab.ContainerdRestartNone, vocab.ContainerdRestartValidated},
+		{"another node's spec is not read", []client.Object{&brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Spec: brewletv1.NodeRuntimeSpec{ContainerdRestart: "none"}}}, vocab.ContainerdRestartValidated, vocab.ContainerdRestartValidated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(s).WithObjects(tc.objs...).Build()
+			if got := ContainerdMode(context.Background(), c, "n1", tc.flag); got != tc.want {
+				t.Fatalf("mode %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

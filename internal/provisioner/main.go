@@ -103,15 +103,34 @@ func Main(ctx context.Context, o Options) error {
 			if !isWriter() { // the shim and containerd's config are host changes too
 				return
 			}
-			agent.Host = o.prepareHost(ctx)
+			agent.Host = o.prepareHost(ctx, ContainerdMode(ctx, c, o.NodeName, vocab.ContainerdRestart(o.ContainerdRestart)))
 			if err := agent.Run(ctx); err != nil {
 				log.Printf("agent: %v", err)
 			}
 		})
 }
 
-// prepareHost installs the shim and registers the handler, reporting both on NodeRuntime.
-func (o Options) prepareHost(ctx context.Context) *brewletv1.NodeCleanup {
+// ContainerdMode is the containerd registration mode for this node: the one brewlet-operator
+// wrote into the node's NodeRuntime spec (copied from its NodeProfile), else flag (the
+// --containerd-restart default: no operator, the operator not yet there, or the object not
+// readable). It is read once, when the agent takes the node's writer lease, because
+// registering the handler restarts containerd: a changed mode applies at the agent's next
+// start, never mid-flight.
+func ContainerdMode(ctx context.Context, c client.Reader, nodeName string, flag vocab.ContainerdRestart) vocab.ContainerdRestart {
+	nrt := &brewletv1.NodeRuntime{}
+	if err := c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt); err != nil {
+		return flag
+	}
+	switch m := vocab.ContainerdRestart(nrt.Spec.ContainerdRestart); m {
+	case vocab.ContainerdRestartValidated, vocab.ContainerdRestartNone:
+		return m
+	}
+	return flag
+}
+
+// prepareHost installs the shim and registers the handler (mode validated), reporting both
+// on NodeRuntime.
+func (o Options) prepareHost(ctx context.Context, mode vocab.ContainerdRestart) *brewletv1.NodeCleanup {
 	cd := &Containerd{ConfigPath: o.ContainerdConfig, Binary: o.ContainerdBinary,
 		Restart: func(ctx context.Context) error {
 			out, err := exec.CommandContext(ctx, "sh", "-c", o.ContainerdRestartCommand).CombinedOutput()
@@ -121,7 +140,7 @@ func (o Options) prepareHost(ctx context.Context) *brewletv1.NodeCleanup {
 			return nil
 		},
 		Health: HandlerHealth(o.ContainerdSocket)}
-	return PrepareHost(ctx, cd, vocab.ContainerdRestart(o.ContainerdRestart), o.ShimSource, o.ShimDir)
+	return PrepareHost(ctx, cd, mode, o.ShimSource, o.ShimDir)
 }
 
 // PrepareHost installs the shim (when shimDir is set) and, in mode validated, registers the

@@ -25,6 +25,12 @@ func (a *Agent) ensureNodeRuntime(ctx context.Context, node *corev1.Node) (*brew
 		nrt = &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: a.NodeName,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID, Controller: &ctrl}}}}
 		err = a.Client.Create(ctx, nrt)
+		if apierrors.IsAlreadyExists(err) {
+			// brewlet-operator creates it too (to write spec before the agent ever ran),
+			// with the same name and owner: whichever is first, the other reads it.
+			nrt = &brewletv1.NodeRuntime{}
+			err = a.Client.Get(ctx, client.ObjectKey{Name: a.NodeName}, nrt)
+		}
 	}
 	return nrt, err
 }

@@ -15,6 +15,16 @@ const (
 	ReasonPoolConflict        Reason = "PoolConflict"
 	ReasonUnknownRuntimeImage Reason = "UnknownRuntimeImage"
 
+	// NodeProfile readiness (operator, condition Ready).
+	ReasonNodesReady    Reason = "NodesReady"    // every assigned node reports every Eager ID Ready
+	ReasonNodesNotReady Reason = "NodesNotReady" // some assigned node does not (yet)
+
+	// Rotation (operator, conditions RotationProgressing and RotationComplete).
+	ReasonRotating        Reason = "Rotating"        // nodes are not on the target generation yet
+	ReasonRotationHalted  Reason = "RotationHalted"  // more nodes failed the target than rollout.maxFailures
+	ReasonAllNodesCurrent Reason = "AllNodesCurrent" // every reporting node serves the target
+	ReasonNoNodes         Reason = "NoNodes"         // no node reports the ID yet
+
 	// Artifact recognition and content (CLI at build time, shim at container create).
 	ReasonLayerPathViolation       Reason = "LayerPathViolation"
 	ReasonUnsupportedArtifact      Reason = "UnsupportedArtifact"

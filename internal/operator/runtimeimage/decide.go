@@ -24,7 +24,7 @@ const maxHoldersInMessage = 5
 // Decision is what one reconcile pass makes true.
 type Decision struct {
 	// Status is the desired status: the fields this controller owns recomputed, every
-	// other field (rotation, task observations) kept as it was.
+	// other field (task observations, rotation restarts) kept as it was.
 	Status brewletv1.RuntimeImageStatus
 	// AddFinalizer: the object lacks the revocation finalizer and is not being deleted.
 	AddFinalizer bool
@@ -33,6 +33,8 @@ type Decision struct {
 	ReleaseFinalizer bool
 	// Holders are the nodes that still report the object's epoch, sorted.
 	Holders []string
+	// Events to record once Status is stored.
+	Events []Event
 }
 
 // Decide computes the RuntimeImage's desired status and finalizer from the object as read
@@ -45,7 +47,10 @@ type Decision struct {
 // a lost write continues the sequence instead of restarting it. Callers must write the
 // result conditionally on the resourceVersion they read (optimistic concurrency); that is
 // what makes "derived from the status read" equal to "derived from the status stored".
-func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, now metav1.Time) Decision {
+//
+// maxFailures is the rotation's failure budget (rollout.maxFailures of the profiles that
+// offer the ID, the smallest when several do); see rotation.
+func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFailures int, now metav1.Time) Decision {
 	st := *ri.Status.DeepCopy()
 	d := Decision{Holders: Holders(ri.Name, ri.UID, reports)}
 
@@ -89,7 +94,9 @@ func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, now met
 		approved.Message = fmt.Sprintf("generation %d (%s) of epoch %s is approved", st.Generation, st.Digest, ri.UID)
 	}
 	meta.SetStatusCondition(&st.Conditions, approved)
+	rotation(ri, &st, reports, maxFailures, now)
 	d.Status = st
+	d.Events = conditionEvents(ri.Status.Conditions, st.Conditions)
 
 	has := slices.Contains(ri.Finalizers, vocab.FinalizerRevocation)
 	d.AddFinalizer = !deleting && !has

@@ -20,9 +20,13 @@ var (
 		Name: "brewlet_operator_runtime_image_approved",
 		Help: "1 when the RuntimeImage's Approved condition is True, 0 when it is revoked or being deleted.",
 	}, []string{"id"})
+	rotationNodesGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "brewlet_operator_rotation_nodes",
+		Help: "Nodes by state towards the RuntimeImage's target generation (status.rotation.nodes): current, installing, failed, excluded.",
+	}, []string{"id", "state"})
 )
 
-func init() { ctrlmetrics.Registry.MustRegister(generationGauge, approvedGauge) }
+func init() { ctrlmetrics.Registry.MustRegister(generationGauge, approvedGauge, rotationNodesGauge) }
 
 // observe exports the status as written (or as read when nothing changed).
 func observe(ri *brewletv1.RuntimeImage) {
@@ -34,10 +38,16 @@ func observe(ri *brewletv1.RuntimeImage) {
 		}
 	}
 	approvedGauge.WithLabelValues(ri.Name).Set(v)
+	if r := ri.Status.Rotation; r != nil {
+		for state, n := range map[string]int32{"current": r.Nodes.Current, "installing": r.Nodes.Installing, "failed": r.Nodes.Failed, "excluded": r.Nodes.Excluded} {
+			rotationNodesGauge.WithLabelValues(ri.Name, state).Set(float64(n))
+		}
+	}
 }
 
 // forget drops a RuntimeImage that is gone, so deleted IDs do not linger as series.
 func forget(id string) {
 	generationGauge.DeleteLabelValues(id)
 	approvedGauge.DeleteLabelValues(id)
+	rotationNodesGauge.DeletePartialMatch(prometheus.Labels{"id": id})
 }

@@ -8,11 +8,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/rollout"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -34,6 +36,8 @@ type Reconciler struct {
 	APIReader client.Reader
 	// Now is the clock for condition transition times (tests); nil means metav1.Now.
 	Now func() metav1.Time
+	// Recorder records events on RuntimeImages (nil: none).
+	Recorder events.EventRecorder
 }
 
 // Reconcile brings one RuntimeImage's status and finalizer to what Decide says. Every write
@@ -74,7 +78,11 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) error
 	if err := r.Client.List(ctx, reports, client.MatchingFields{IndexRuntimeID: ri.Name}); err != nil {
 		return fmt.Errorf("list NodeRuntimes reporting %s: %w", ri.Name, err)
 	}
-	d := Decide(ri, reports.Items, r.now())
+	budget, err := r.failureBudget(ctx, ri.Name)
+	if err != nil {
+		return err
+	}
+	d := Decide(ri, reports.Items, budget, r.now())
 	if d.AddFinalizer {
 		controllerutil.AddFinalizer(ri, vocab.FinalizerRevocation)
 		if err := r.Client.Update(ctx, ri); err != nil {
@@ -85,6 +93,11 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) error
 		ri.Status = d.Status
 		if err := r.Client.Status().Update(ctx, ri); err != nil {
 			return err
+		}
+		for _, e := range d.Events {
+			if r.Recorder != nil {
+				r.Recorder.Eventf(ri, nil, e.Type, string(e.Reason), eventAction, "%s", e.Message)
+			}
 		}
 	}
 	observe(ri)
@@ -107,6 +120,31 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) error
 	}
 	forget(ri.Name)
 	return nil
+}
+
+// failureBudget is the smallest rollout.maxFailures among the NodeProfiles offering id
+// (rollout.DefaultMaxFailures when none does): the rotation is reported halted as soon as
+// one pool stops it.
+func (r *Reconciler) failureBudget(ctx context.Context, id string) (int, error) {
+	var ps brewletv1.NodeProfileList
+	if err := r.Client.List(ctx, &ps); err != nil {
+		return 0, fmt.Errorf("list NodeProfiles: %w", err)
+	}
+	budget := -1
+	for i := range ps.Items {
+		for _, o := range ps.Items[i].Spec.RuntimeImages {
+			if o.ID != id {
+				continue
+			}
+			if b := rollout.PolicyOf(ps.Items[i].Spec.Rollout, 0).MaxFailures; budget < 0 || b < budget {
+				budget = b
+			}
+		}
+	}
+	if budget < 0 {
+		budget = rollout.DefaultMaxFailures
+	}
+	return budget, nil
 }
 
 func (r *Reconciler) now() metav1.Time {

@@ -3,10 +3,13 @@ package runtimeimage
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 )
@@ -23,11 +26,26 @@ func Setup(ctx context.Context, mgr manager.Manager, skipNameValidation bool) er
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &brewletv1.NodeRuntime{}, IndexRuntimeID, RuntimeIDs); err != nil {
 		return err
 	}
-	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
+	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("brewlet-operator")}
 	return builder.ControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&brewletv1.RuntimeImage{}).
 		Watches(&brewletv1.NodeRuntime{}, handler.EnqueueRequestsFromMapFunc(Requests)).
+		// A profile's rollout.maxFailures is the rotation's failure budget.
+		Watches(&brewletv1.NodeProfile{}, handler.EnqueueRequestsFromMapFunc(offered)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: &skipNameValidation}).
 		Complete(r)
+}
+
+// offered maps a NodeProfile to the RuntimeImages it offers.
+func offered(_ context.Context, o client.Object) []reconcile.Request {
+	p, ok := o.(*brewletv1.NodeProfile)
+	if !ok {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(p.Spec.RuntimeImages))
+	for _, r := range p.Spec.RuntimeImages {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: r.ID}})
+	}
+	return out
 }

@@ -1,0 +1,247 @@
+// Package nodeprofile is the NodeProfile controller: it decides which nodes a profile
+// serves (pool selection; the older of two overlapping profiles keeps the shared nodes),
+// writes each served node's NodeRuntime spec (IDs offered, install mode, containerd mode,
+// the generation its rollout wave allows), keeps the profile's status and the RuntimeClass
+// brewlet. Decisions are pure functions of what was read (this file); the reconciler only
+// reads, calls Decide and writes.
+package nodeprofile
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/nodepool"
+	"brewlet.sh/brewlet/internal/operator/rollout"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// maxNamesInMessage bounds the names a condition message lists, so a large fleet never
+// produces an oversized status.
+const maxNamesInMessage = 5
+
+// Input is everything one pass read (from the informer caches).
+type Input struct {
+	Profile  *brewletv1.NodeProfile
+	Profiles []brewletv1.NodeProfile // every NodeProfile, Profile included
+	Nodes    []corev1.Node
+	// Images are the RuntimeImages by name (runtime ID).
+	Images map[string]*brewletv1.RuntimeImage
+	// Runtimes are the NodeRuntimes by node name.
+	Runtimes map[string]*brewletv1.NodeRuntime
+	Now      metav1.Time
+}
+
+// Event is one event the reconciler records on the profile after a successful write.
+type Event struct {
+	Type    string // corev1.EventTypeNormal or EventTypeWarning
+	Reason  vocab.Reason
+	Message string
+}
+
+// Decision is what one pass makes true.
+type Decision struct {
+	// Status is the desired status; fields this controller does not own (the cleanup
+	// ledger) are kept as read.
+	Status brewletv1.NodeProfileStatus
+	// Specs are the desired NodeRuntime specs of the nodes this profile serves, by node
+	// name. A node absent here is not touched.
+	Specs map[string]brewletv1.NodeRuntimeSpec
+	// Assigned are the nodes this profile serves, sorted.
+	Assigned []string
+	// Halted are the runtime IDs whose rotation is halted in this pool.
+	Halted []string
+	Events []Event
+}
+
+// Decide computes the profile's status and its nodes' NodeRuntime specs.
+func Decide(in Input) Decision {
+	p := in.Profile
+	st := *p.Status.DeepCopy()
+	d := Decision{Specs: map[string]brewletv1.NodeRuntimeSpec{}}
+
+	// Pool selection with the agent's own rule (nodepool.Select): the node belongs to the
+	// oldest matching profile; a newer one that also matches is refused on that node.
+	conflicts := map[string][]string{} // older profile -> shared nodes
+	var assigned []*corev1.Node
+	for i := range in.Nodes {
+		n := &in.Nodes[i]
+		if !nodepool.Matches(p, n) {
+			continue
+		}
+		owner, _ := nodepool.Select(n, in.Profiles)
+		if owner != nil && owner.Name != p.Name {
+			conflicts[owner.Name] = append(conflicts[owner.Name], n.Name)
+			continue
+		}
+		assigned = append(assigned, n)
+	}
+	for _, n := range assigned {
+		d.Assigned = append(d.Assigned, n.Name)
+	}
+	slices.Sort(d.Assigned)
+
+	var unknown []string
+	for _, o := range p.Spec.RuntimeImages {
+		if in.Images[o.ID] == nil {
+			unknown = append(unknown, o.ID)
+		}
+	}
+	slices.Sort(unknown)
+
+	// Per ID: the rollout across this profile's nodes.
+	allowed := map[string]map[string]int64{}
+	pol := rollout.PolicyOf(p.Spec.Rollout, len(assigned))
+	for _, o := range p.Spec.RuntimeImages {
+		ri := in.Images[o.ID]
+		if ri == nil || ri.Status.Epoch != ri.UID {
+			continue // no generation of this epoch yet: the agent installs nothing anyway
+		}
+		t := rollout.Target{Epoch: ri.UID, Generation: ri.Status.Generation}
+		nodes := make([]rollout.Node, 0, len(assigned))
+		for _, n := range assigned {
+			nodes = append(nodes, rollout.Node{Name: n.Name, Allowed: directive(in.Runtimes[n.Name], o.ID).AllowedGeneration, Report: report(in.Runtimes[n.Name], o.ID)})
+		}
+		rd := rollout.Decide(t, nodes, pol)
+		allowed[o.ID] = rd.Allowed
+		if rd.Halted {
+			d.Halted = append(d.Halted, o.ID)
+		}
+	}
+
+	mode := p.Spec.ContainerdRestart
+	if mode == "" {
+		mode = string(vocab.ContainerdRestartValidated)
+	}
+	ready := 0
+	for _, n := range assigned {
+		nrt := in.Runtimes[n.Name]
+		spec := brewletv1.NodeRuntimeSpec{ContainerdRestart: mode}
+		for _, o := range p.Spec.RuntimeImages {
+			old := directive(nrt, o.ID)
+			install := o.Install
+			if install == "" {
+				install = string(vocab.InstallEager)
+			}
+			// Quarantine is another writer's directive (a stalled node); it is kept as read.
+			spec.Runtimes = append(spec.Runtimes, brewletv1.RuntimeDirective{ID: o.ID, Install: install,
+				AllowedGeneration: allowed[o.ID][n.Name], Quarantine: old.Quarantine, QuarantineReason: old.QuarantineReason})
+		}
+		d.Specs[n.Name] = spec
+		if nodeReady(nrt, p, in.Images) {
+			ready++
+		}
+	}
+	st.ObservedGeneration = p.Generation
+	st.AssignedNodes, st.ReadyNodes = int32(len(assigned)), int32(ready)
+
+	c := metav1.Condition{Type: string(vocab.ConditionReady), ObservedGeneration: p.Generation, LastTransitionTime: in.Now}
+	switch {
+	case len(conflicts) > 0:
+		var parts []string
+		for _, older := range sortedKeys(conflicts) {
+			nodes := conflicts[older]
+			slices.Sort(nodes)
+			parts = append(parts, fmt.Sprintf("NodeProfile %s (older) already serves %s", older, names("node", nodes)))
+		}
+		c.Status, c.Reason = metav1.ConditionFalse, string(vocab.ReasonPoolConflict)
+		c.Message = strings.Join(parts, "; ") + "; those nodes stay with the older profile. Make the pools disjoint"
+	case len(unknown) > 0:
+		c.Status, c.Reason = metav1.ConditionFalse, string(vocab.ReasonUnknownRuntimeImage)
+		c.Message = fmt.Sprintf("no RuntimeImage named %s: create it or remove the ID; the other IDs are served", strings.Join(unknown, ", "))
+	case ready < len(assigned):
+		c.Status, c.Reason = metav1.ConditionFalse, string(vocab.ReasonNodesNotReady)
+		c.Message = fmt.Sprintf("%d of %d node(s) report every Eager runtime Ready", ready, len(assigned))
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, string(vocab.ReasonNodesReady)
+		c.Message = fmt.Sprintf("%d of %d node(s) report every Eager runtime Ready", ready, len(assigned))
+	}
+	if len(d.Halted) > 0 && c.Status == metav1.ConditionTrue {
+		c.Message += fmt.Sprintf("; rotation halted for %s", strings.Join(d.Halted, ", "))
+	}
+	prev := meta.FindStatusCondition(st.Conditions, c.Type)
+	if prev == nil || prev.Status != c.Status || prev.Reason != c.Reason {
+		typ := corev1.EventTypeNormal
+		if c.Reason == string(vocab.ReasonPoolConflict) || c.Reason == string(vocab.ReasonUnknownRuntimeImage) {
+			typ = corev1.EventTypeWarning
+		}
+		d.Events = append(d.Events, Event{Type: typ, Reason: vocab.Reason(c.Reason), Message: c.Message})
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
+	d.Status = st
+	return d
+}
+
+// nodeReady: the node's agent reports every Eager ID the profile offers (and that exists)
+// as Ready. OnDemand IDs install at first use and do not count.
+func nodeReady(nrt *brewletv1.NodeRuntime, p *brewletv1.NodeProfile, images map[string]*brewletv1.RuntimeImage) bool {
+	if nrt == nil {
+		return false
+	}
+	for _, o := range p.Spec.RuntimeImages {
+		if o.Install == string(vocab.InstallOnDemand) || images[o.ID] == nil {
+			continue
+		}
+		if r := report(nrt, o.ID); r == nil || r.State != string(vocab.StateReady) {
+			return false
+		}
+	}
+	return true
+}
+
+func directive(nrt *brewletv1.NodeRuntime, id string) brewletv1.RuntimeDirective {
+	if nrt != nil {
+		for _, d := range nrt.Spec.Runtimes {
+			if d.ID == id {
+				return d
+			}
+		}
+	}
+	return brewletv1.RuntimeDirective{}
+}
+
+func report(nrt *brewletv1.NodeRuntime, id string) *brewletv1.NodeRuntimeEntry {
+	if nrt != nil {
+		for i := range nrt.Status.Runtimes {
+			if nrt.Status.Runtimes[i].ID == id {
+				return &nrt.Status.Runtimes[i]
+			}
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string][]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func names(kind string, xs []string) string {
+	if len(xs) <= maxNamesInMessage {
+		return kind + "(s) " + strings.Join(xs, ", ")
+	}
+	return fmt.Sprintf("%s(s) %s and %d more", kind, strings.Join(xs[:maxNamesInMessage], ", "), len(xs)-maxNamesInMessage)
+}
+
+// SpecEqual compares NodeRuntime specs as the API server stores them (an empty list and
+// no list are the same), so an unchanged decision writes nothing.
+func SpecEqual(a, b brewletv1.NodeRuntimeSpec) bool {
+	if a.ContainerdRestart != b.ContainerdRestart || len(a.Runtimes) != len(b.Runtimes) {
+		return false
+	}
+	for i := range a.Runtimes {
+		if a.Runtimes[i] != b.Runtimes[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,176 @@
+package nodeprofile
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// eventAction is the events.k8s.io action of the events this controller records.
+const eventAction = "ReconcileNodeProfile"
+
+// conflictRetry: a lost optimistic-concurrency race is retried shortly, from fresher reads.
+const conflictRetry = 200 * time.Millisecond
+
+// Reconciler is the thin NodeProfile reconciler: read (informer caches), Decide, write.
+type Reconciler struct {
+	// Client reads from the informer caches and writes to the API server.
+	Client client.Client
+	// Recorder records events on NodeProfiles (nil: none).
+	Recorder events.EventRecorder
+	// Now is the clock for condition transition times (tests); nil means metav1.Now.
+	Now func() metav1.Time
+}
+
+// Reconcile brings one NodeProfile's status, its nodes' NodeRuntime specs and the
+// RuntimeClass to what Decide says. Every write is conditional on the resourceVersion it
+// was decided from; a conflict (the agent wrote its status, another replica wrote first)
+// requeues the profile, and the next pass decides again from fresher reads.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if err := r.ensureRuntimeClass(ctx); err != nil {
+		return reconcile.Result{}, err
+	}
+	p := &brewletv1.NodeProfile{}
+	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	in, err := r.read(ctx, p)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	d := Decide(in)
+	err = r.write(ctx, p, in, d)
+	switch {
+	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err):
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+	case err != nil && ctx.Err() != nil:
+		return reconcile.Result{}, nil // stopping: the next leader decides again
+	}
+	return reconcile.Result{}, err
+}
+
+func (r *Reconciler) read(ctx context.Context, p *brewletv1.NodeProfile) (Input, error) {
+	in := Input{Profile: p, Images: map[string]*brewletv1.RuntimeImage{}, Runtimes: map[string]*brewletv1.NodeRuntime{}, Now: r.now()}
+	var profiles brewletv1.NodeProfileList
+	if err := r.Client.List(ctx, &profiles); err != nil {
+		return in, fmt.Errorf("list NodeProfiles: %w", err)
+	}
+	in.Profiles = profiles.Items
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return in, fmt.Errorf("list Nodes: %w", err)
+	}
+	in.Nodes = nodes.Items
+	var ris brewletv1.RuntimeImageList
+	if err := r.Client.List(ctx, &ris); err != nil {
+		return in, fmt.Errorf("list RuntimeImages: %w", err)
+	}
+	for i := range ris.Items {
+		in.Images[ris.Items[i].Name] = &ris.Items[i]
+	}
+	var nrts brewletv1.NodeRuntimeList
+	if err := r.Client.List(ctx, &nrts); err != nil {
+		return in, fmt.Errorf("list NodeRuntimes: %w", err)
+	}
+	for i := range nrts.Items {
+		in.Runtimes[nrts.Items[i].Name] = &nrts.Items[i]
+	}
+	return in, nil
+}
+
+// write applies the decision: NodeRuntime specs first (they are what nodes act on), then
+// the status, then the events of a status that was actually stored.
+func (r *Reconciler) write(ctx context.Context, p *brewletv1.NodeProfile, in Input, d Decision) error {
+	uids := map[string]corev1.Node{}
+	for _, n := range in.Nodes {
+		uids[n.Name] = n
+	}
+	var firstErr error
+	for _, name := range d.Assigned {
+		if err := r.writeSpec(ctx, uids[name], in.Runtimes[name], d.Specs[name]); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	if !equality.Semantic.DeepEqual(p.Status, d.Status) {
+		p.Status = d.Status
+		if err := r.Client.Status().Update(ctx, p); err != nil {
+			return err
+		}
+		for _, e := range d.Events {
+			if r.Recorder != nil {
+				r.Recorder.Eventf(p, nil, e.Type, string(e.Reason), eventAction, "%s", e.Message)
+			}
+		}
+	}
+	return firstErr
+}
+
+// writeSpec creates the node's NodeRuntime when missing, exactly as the node's agent does
+// (same name, the Node as controlling owner, so Kubernetes collects it with the Node):
+// whichever of the two comes first, the other reads it (AlreadyExists is expected).
+func (r *Reconciler) writeSpec(ctx context.Context, node corev1.Node, nrt *brewletv1.NodeRuntime, spec brewletv1.NodeRuntimeSpec) error {
+	if nrt == nil {
+		ctrl := true
+		nrt = &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: node.Name,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID, Controller: &ctrl}}},
+			Spec: spec}
+		return r.Client.Create(ctx, nrt)
+	}
+	if SpecEqual(nrt.Spec, spec) {
+		return nil
+	}
+	nrt = nrt.DeepCopy()
+	nrt.Spec = spec
+	return r.Client.Update(ctx, nrt)
+}
+
+// ensureRuntimeClass keeps RuntimeClass brewlet: handler brewlet, pods scheduled only onto
+// nodes whose agent labelled them brewlet.sh/runtime=ready. Only handler and scheduling
+// are owned; other fields (overhead) are left as found.
+func (r *Reconciler) ensureRuntimeClass(ctx context.Context) error {
+	want := &nodev1.Scheduling{NodeSelector: map[string]string{vocab.LabelRuntime: vocab.LabelValueReady}}
+	rc := &nodev1.RuntimeClass{}
+	err := r.Client.Get(ctx, client.ObjectKey{Name: vocab.RuntimeClassName}, rc)
+	if apierrors.IsNotFound(err) {
+		rc = &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: vocab.RuntimeClassName}, Handler: vocab.RuntimeClassName, Scheduling: want}
+		err = r.Client.Create(ctx, rc)
+		if apierrors.IsAlreadyExists(err) {
+			return nil // another pass created it; the next one checks it
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if rc.Handler == vocab.RuntimeClassName && equality.Semantic.DeepEqual(rc.Scheduling, want) {
+		return nil
+	}
+	if rc.Handler != vocab.RuntimeClassName {
+		// handler is immutable: replace the object.
+		if err := r.Client.Delete(ctx, rc); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		return fmt.Errorf("RuntimeClass %s had handler %q; deleted to be recreated with handler %s", vocab.RuntimeClassName, rc.Handler, vocab.RuntimeClassName)
+	}
+	rc.Scheduling = want
+	return r.Client.Update(ctx, rc)
+}
+
+func (r *Reconciler) now() metav1.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return metav1.Now()
+}

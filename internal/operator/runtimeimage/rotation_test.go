@@ -1,0 +1,146 @@
+package runtimeimage
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+func at(gen int64, state vocab.RuntimeState, reason string) brewletv1.NodeRuntimeEntry {
+	return brewletv1.NodeRuntimeEntry{ID: "python-3.12", Epoch: uid, Generation: gen, State: string(state), Reason: reason}
+}
+
+func TestRotation(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		r         *brewletv1.RuntimeImage
+		reports   []brewletv1.NodeRuntime
+		budget    int
+		counts    brewletv1.RotationNodeCounts
+		progress  string // status/reason
+		complete  string
+		excluded  string
+		msg       string
+		completed bool
+	}{
+		{name: "no node reports", r: ri(finalized, status(uid, 1, dA)),
+			progress: "False/NoNodes", complete: "False/NoNodes"},
+		{name: "every node current: complete", r: ri(finalized, status(uid, 1, dA)),
+			reports:  []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, "")), report("b", at(1, vocab.StateAvailable, ""))},
+			counts:   brewletv1.RotationNodeCounts{Current: 2},
+			progress: "False/AllNodesCurrent", complete: "True/AllNodesCurrent", completed: true},
+		{name: "a rotation under way: waiting, installing and current", r: ri(finalized, image(repo+dB), status(uid, 1, dA)),
+			reports: []brewletv1.NodeRuntime{report("a", at(2, vocab.StateReady, "")), report("b", at(2, vocab.StateInstalling, "")),
+				report("c", at(1, vocab.StateReady, "")), report("gone", brewletv1.NodeRuntimeEntry{ID: "python-3.12", Epoch: uid, State: "Revoked"}),
+				report("other-epoch", brewletv1.NodeRuntimeEntry{ID: "python-3.12", Epoch: "old", Generation: 2, State: "Ready"})},
+			counts:   brewletv1.RotationNodeCounts{Current: 1, Installing: 1},
+			progress: "True/Rotating", complete: "False/Rotating", msg: "1 of 3 node(s) serve generation 2"},
+		{name: "one failure within the default budget keeps going", r: ri(finalized, image(repo+dB), status(uid, 2, dB)), budget: 1,
+			reports:  []brewletv1.NodeRuntime{report("a", at(2, vocab.StateFailed, "PrivilegedRuntimeFile")), report("b", at(1, vocab.StateReady, ""))},
+			counts:   brewletv1.RotationNodeCounts{Failed: 1, Excluded: 1},
+			progress: "True/Rotating", complete: "False/Rotating", excluded: "a:PrivilegedRuntimeFile:2"},
+		{name: "failures over the budget halt, failing nodes and reasons listed", r: ri(finalized, image(repo+dB), status(uid, 2, dB)), budget: 0,
+			reports:  []brewletv1.NodeRuntime{report("b", at(2, vocab.StateFailed, "")), report("a", at(2, vocab.StateFailed, "PrivilegedRuntimeFile")), report("c", at(1, vocab.StateReady, ""))},
+			counts:   brewletv1.RotationNodeCounts{Failed: 2, Excluded: 2},
+			progress: "False/RotationHalted", complete: "False/RotationHalted", excluded: "a:PrivilegedRuntimeFile:2,b:Failed:2",
+			msg: "a: PrivilegedRuntimeFile; b: Failed"},
+		{name: "failures of an older target do not count", r: ri(finalized, image(repo+dA), status(uid, 2, dB)), budget: 0,
+			reports:  []brewletv1.NodeRuntime{report("a", at(2, vocab.StateFailed, "PrivilegedRuntimeFile")), report("b", at(1, vocab.StateReady, ""))},
+			progress: "True/Rotating", complete: "False/Rotating"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(tc.r, tc.reports, tc.budget, t1)
+			rot := d.Status.Rotation
+			if rot == nil || rot.Target.Generation != d.Status.Generation || rot.Target.Digest != d.Status.Digest || !rot.Target.AssignedAt.Equal(&t1) {
+				t.Fatalf("rotation target %+v, want generation %d %s assigned at %v", rot, d.Status.Generation, d.Status.Digest, t1)
+			}
+			if rot.Nodes != tc.counts {
+				t.Fatalf("counts %+v, want %+v", rot.Nodes, tc.counts)
+			}
+			var ex []string
+			for _, x := range rot.ExcludedNodes {
+				ex = append(ex, fmt.Sprintf("%s:%s:%d", x.Name, x.Reason, x.Generation))
+			}
+			if strings.Join(ex, ",") != tc.excluded {
+				t.Fatalf("excluded %v, want %s", ex, tc.excluded)
+			}
+			p := meta.FindStatusCondition(d.Status.Conditions, string(vocab.ConditionRotationProgressing))
+			c := meta.FindStatusCondition(d.Status.Conditions, string(vocab.ConditionRotationComplete))
+			if got := string(p.Status) + "/" + p.Reason; got != tc.progress {
+				t.Fatalf("RotationProgressing %s (%s), want %s", got, p.Message, tc.progress)
+			}
+			if got := string(c.Status) + "/" + c.Reason; got != tc.complete {
+				t.Fatalf("RotationComplete %s (%s), want %s", got, c.Message, tc.complete)
+			}
+			if !strings.Contains(p.Message, tc.msg) {
+				t.Fatalf("RotationProgressing message %q lacks %q", p.Message, tc.msg)
+			}
+			if (rot.RotationCompletedAt != nil) != tc.completed {
+				t.Fatalf("rotationCompletedAt %v", rot.RotationCompletedAt)
+			}
+			// Idempotent: a second pass over the stored status changes nothing.
+			again := tc.r.DeepCopy()
+			again.Status = d.Status
+			if d2 := Decide(again, tc.reports, tc.budget, metav1.NewTime(t1.Add(3600e9))); !equality.Semantic.DeepEqual(d2.Status, d.Status) {
+				t.Fatalf("second pass changed the status:\n%+v\n%+v", d.Status.Rotation, d2.Status.Rotation)
+			}
+		})
+	}
+}
+
+// rotationCompletedAt is set once per target: a node joining later (installing) leaves
+// the completed rotation complete; the next digest starts a new target.
+func TestRotationCompletedOncePerTarget(t *testing.T) {
+	r := ri(finalized, status(uid, 1, dA))
+	d := Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, ""))}, 1, t0)
+	r.Status = d.Status
+	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, "")), report("new", at(1, vocab.StateInstalling, ""))}, 1, t1)
+	if at := d.Status.Rotation.RotationCompletedAt; at == nil || !at.Equal(&t0) {
+		t.Fatalf("rotationCompletedAt %v, want %v kept", at, t0)
+	}
+	if c := meta.FindStatusCondition(d.Status.Conditions, string(vocab.ConditionRotationComplete)); c.Status != metav1.ConditionTrue {
+		t.Fatalf("RotationComplete %+v", c)
+	}
+	r.Status = d.Status
+	r.Spec.Source.Image = repo + dB
+	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, ""))}, 1, t1)
+	if d.Status.Rotation.Target.Generation != 2 || d.Status.Rotation.RotationCompletedAt != nil || !d.Status.Rotation.Target.AssignedAt.Equal(&t1) {
+		t.Fatalf("a new digest must start a new target: %+v", d.Status.Rotation)
+	}
+}
+
+func TestEvents(t *testing.T) {
+	r := ri(finalized, image(repo+dB), status(uid, 1, dA))
+	reasons := func(d Decision) string {
+		var out []string
+		for _, e := range d.Events {
+			out = append(out, e.Type+"/"+string(e.Reason))
+		}
+		return strings.Join(out, ",")
+	}
+	d := Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateInstalling, ""))}, 0, t0)
+	if got := reasons(d); got != "Normal/Approved,Normal/Rotating" {
+		t.Fatalf("first pass events %s", got)
+	}
+	r.Status = d.Status
+	if got := reasons(Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateInstalling, "")), report("b", at(1, vocab.StateReady, ""))}, 0, t1)); got != "" {
+		t.Fatalf("a count change is not an event: %s", got)
+	}
+	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateFailed, "PrivilegedRuntimeFile"))}, 0, t1)
+	if got := reasons(d); got != "Warning/RotationHalted" || !strings.Contains(d.Events[0].Message, "a: PrivilegedRuntimeFile") {
+		t.Fatalf("halt events %s %+v", got, d.Events)
+	}
+	r.Status = d.Status
+	r.Spec.Source.Image = repo + dA
+	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(3, vocab.StateReady, ""))}, 0, t1)
+	if got := reasons(d); got != "Normal/AllNodesCurrent,Normal/AllNodesCurrent" {
+		t.Fatalf("completion events %s", got)
+	}
+}

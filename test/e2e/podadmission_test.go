@@ -1,0 +1,424 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/admission"
+	"brewlet.sh/brewlet/internal/operator"
+	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/framework"
+)
+
+const admissionNS = "apps"
+
+// warnings collects the warnings the API server returns (kubectl prints them).
+type warnings struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.list = append(w.list, text)
+}
+
+func (w *warnings) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.list
+	w.list = nil
+	return out
+}
+
+// admissionOperator runs brewlet-operator in-process with pod admission on a loopback
+// port, its certificate naming 127.0.0.1, and short certificate lifetimes so that the
+// serving certificate and the CA rotate several times while the test runs.
+func admissionOperator(t *testing.T, cp *framework.ControlPlane) (port int, metricsAddr string) {
+	t.Helper()
+	lvl := slog.LevelError
+	if os.Getenv("BREWLET_OPERATOR_LOG") != "" {
+		lvl = slog.LevelDebug
+	}
+	logger := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	setLoggerOnce.Do(func() { ctrllog.SetLogger(logger) })
+	port = framework.FreePort(t)
+	metricsAddr = fmt.Sprintf("127.0.0.1:%d", framework.FreePort(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	mgr, err := operator.New(ctx, cp.Config, operator.Options{
+		MetricsAddress: metricsAddr, ProbeAddress: "0", Logger: logger, SkipNameValidation: true,
+		Admission: admission.Options{
+			Host: "127.0.0.1", Port: port, CertDir: t.TempDir(), Namespace: "brewlet-system",
+			Hosts:      []string{"127.0.0.1"},
+			CAValidity: 45 * time.Second, CertValidity: 12 * time.Second, ResyncInterval: 300 * time.Millisecond,
+		},
+	})
+	if err != nil {
+		cancel()
+		t.Fatalf("operator.New: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("operator stopped with %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("operator did not stop within 60s")
+		}
+	})
+	return port, metricsAddr
+}
+
+// admissionRequests is the operator's count of admission requests it judged.
+func admissionRequests(t *testing.T, metricsAddr string) int {
+	t.Helper()
+	body, err := httpGet("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, "brewlet_operator_pod_admission_requests_total{") {
+			f := strings.Fields(l)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			n += int(v)
+		}
+	}
+	return n
+}
+
+func admissionPod(name, id string, mut ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: admissionNS, Annotations: map[string]string{}},
+		Spec: corev1.PodSpec{
+			RuntimeClassName:             ptr.To(vocab.RuntimeClassName),
+			AutomountServiceAccountToken: ptr.To(false),
+			Containers:                   []corev1.Container{{Name: "app", Image: "registry.example/app:1"}},
+		},
+	}
+	if id != "" {
+		p.Annotations[vocab.AnnotationRuntimeImage] = id
+	}
+	for _, m := range mut {
+		m(p)
+	}
+	return p
+}
+
+func appSC(p *corev1.Pod) *corev1.SecurityContext {
+	if p.Spec.Containers[0].SecurityContext == nil {
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{}
+	}
+	return p.Spec.Containers[0].SecurityContext
+}
+
+func TestPodAdmission(t *testing.T) {
+	// Scheduler and kwok nodes: admitted pods must land only on nodes offering their runtime.
+	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{Scheduler: true, Kwok: true})
+	ctx, c := context.Background(), cp.Client
+	// Node labels are the agent's to write; here they stand for agents in each state.
+	for name, labels := range map[string]map[string]string{
+		"py-ready":     {vocab.LabelRuntime: vocab.LabelValueReady, vocab.RuntimeLabel("python-3.12"): vocab.LabelValueReady},
+		"py-on-demand": {vocab.LabelRuntime: vocab.LabelValueReady, vocab.RuntimeLabel("python-3.12"): vocab.LabelValueAvailable},
+		"ruby-only":    {vocab.LabelRuntime: vocab.LabelValueReady, vocab.RuntimeLabel("ruby-3"): vocab.LabelValueReady},
+		"no-brewlet":   nil,
+	} {
+		if err := cp.AddFakeNode(ctx, name, labels); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, obj := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "brewlet-system"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: admissionNS}},
+		// No controller-manager here: the ServiceAccount admission plugin needs the
+		// namespace's default account to exist.
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: admissionNS}},
+		// What the NodeProfile controller creates.
+		&nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: vocab.RuntimeClassName}, Handler: vocab.RuntimeClassName,
+			Scheduling: &nodev1.Scheduling{NodeSelector: map[string]string{vocab.LabelRuntime: vocab.LabelValueReady}}},
+	} {
+		if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	port, metricsAddr := admissionOperator(t, cp)
+
+	// The configuration is created without a caBundle: the operator fills it in.
+	cfg := admission.Configuration(admission.ClientConfig{URL: fmt.Sprintf("https://127.0.0.1:%d%s", port, admission.Path)})
+	if err := c.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "caBundle patched from the operator's Secret", func() (bool, string) {
+		sec, cur := &corev1.Secret{}, &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "brewlet-system", Name: admission.SecretName}, sec); err != nil {
+			return false, err.Error()
+		}
+		if err := c.Get(ctx, types.NamespacedName{Name: admission.ConfigurationName}, cur); err != nil {
+			return false, err.Error()
+		}
+		return len(sec.Data[admission.KeyCABundle]) > 0 && bytes.Equal(cur.Webhooks[0].ClientConfig.CABundle, sec.Data[admission.KeyCABundle]), "not yet"
+	})
+
+	// RuntimeImages approved (and one revoked) by the operator's own RuntimeImage controller.
+	py := runtimeImage("python-3.12", "registry.example/runtimes/python@"+goodDigest)
+	py.Spec.User = brewletv1.RuntimeUser{UID: 10001, GID: 10002}
+	ruby := runtimeImage("ruby-3", "registry.example/runtimes/ruby@"+goodDigest)
+	ruby.Spec.Revoked = true
+	for _, ri := range []*brewletv1.RuntimeImage{py, ruby} {
+		if err := c.Create(ctx, ri); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, "Approved written by the operator", func() (bool, string) {
+		a, r := approved(getRI(t, c, "python-3.12")), approved(getRI(t, c, "ruby-3"))
+		return a != nil && a.Status == metav1.ConditionTrue && r != nil && r.Status == metav1.ConditionFalse, fmt.Sprint(a, r)
+	})
+
+	warn := &warnings{}
+	wcfg := rest.CopyConfig(cp.Config)
+	wcfg.WarningHandler = warn
+	wc, err := client.New(wcfg, client.Options{Scheme: cp.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The API server loads webhook configurations asynchronously.
+	eventually(t, 30*time.Second, "webhook in effect", func() (bool, string) {
+		err := wc.Create(ctx, admissionPod("probe", ""))
+		if err == nil {
+			_ = c.Delete(ctx, admissionPod("probe", ""))
+		}
+		return err != nil && strings.Contains(err.Error(), string(vocab.ReasonRuntimeImageRequired)), fmt.Sprint(err)
+	})
+
+	t.Run("admitted with the runtime's user and the affinity in every term", func(t *testing.T) {
+		zone := corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}
+		pod := admissionPod("ok", "python-3.12", func(p *corev1.Pod) {
+			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+					{MatchExpressions: []corev1.NodeSelectorRequirement{zone}},
+					{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"n1"}}}},
+				}}}}
+		})
+		if err := wc.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		got := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+			t.Fatal(err)
+		}
+		s := got.Spec.SecurityContext
+		if s == nil || s.RunAsUser == nil || *s.RunAsUser != 10001 || s.RunAsGroup == nil || *s.RunAsGroup != 10002 {
+			t.Fatalf("pod securityContext %+v, want runAsUser 10001 runAsGroup 10002", s)
+		}
+		want := corev1.NodeSelectorRequirement{Key: vocab.RuntimeLabel("python-3.12"), Operator: corev1.NodeSelectorOpIn,
+			Values: []string{vocab.LabelValueReady, vocab.LabelValueAvailable}}
+		terms := got.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+		if len(terms) != 2 {
+			t.Fatalf("terms %+v", terms)
+		}
+		for i, term := range terms {
+			last := term.MatchExpressions[len(term.MatchExpressions)-1]
+			if last.Key != want.Key || last.Operator != want.Operator || strings.Join(last.Values, ",") != "ready,available" {
+				t.Fatalf("term %d lacks the runtime requirement: %+v", i, term)
+			}
+		}
+		if w := warn.take(); len(w) != 0 {
+			t.Fatalf("unexpected warnings %q", w)
+		}
+
+		// kubectl debug: an ephemeral container is judged too.
+		got.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+			Name: "debug", Image: "busybox", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}}
+		err := c.SubResource("ephemeralcontainers").Update(ctx, got)
+		expectDenied(t, err, string(vocab.ReasonPrivilegeNotSupported)+`: spec.ephemeralContainers[0] "debug": securityContext.privileged`)
+		// The scheduler writes the pod's status meanwhile: start from the latest version.
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+			t.Fatal(err)
+		}
+		got.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+			Name: "debug", Image: "busybox"}}}
+		if err := c.SubResource("ephemeralcontainers").Update(ctx, got); err != nil {
+			t.Fatalf("plain ephemeral container refused: %v", err)
+		}
+	})
+
+	t.Run("scheduled only onto nodes offering the runtime", func(t *testing.T) {
+		var pods []*corev1.Pod
+		for i := 0; i < 12; i++ {
+			pod := admissionPod(fmt.Sprintf("sched-%d", i), "python-3.12", func(p *corev1.Pod) {
+				// Without a controller-manager nobody lifts the fake nodes' startup taints;
+				// this test is about labels, so every taint is tolerated.
+				p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+			})
+			if err := wc.Create(ctx, pod); err != nil {
+				t.Fatal(err)
+			}
+			pods = append(pods, pod)
+		}
+		eventually(t, 60*time.Second, "every pod scheduled", func() (bool, string) {
+			for _, p := range pods {
+				got := &corev1.Pod{}
+				if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+					return false, err.Error()
+				}
+				switch got.Spec.NodeName {
+				case "":
+					return false, fmt.Sprintf("%s pending: %+v", p.Name, got.Status.Conditions)
+				case "py-ready", "py-on-demand":
+				default:
+					t.Fatalf("%s scheduled onto %s, which does not offer python-3.12", p.Name, got.Spec.NodeName)
+				}
+			}
+			return true, ""
+		})
+	})
+
+	t.Run("PATH warning", func(t *testing.T) {
+		pod := admissionPod("path", "python-3.12", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "PATH", Value: "/opt/bin"}}
+		})
+		if err := wc.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		w := warn.take()
+		if len(w) != 1 || !strings.Contains(w[0], `"app" sets env PATH`) {
+			t.Fatalf("warnings %q", w)
+		}
+	})
+
+	for _, tc := range []struct {
+		name, id string
+		mut      func(*corev1.Pod)
+		want     string
+	}{
+		{"missing annotation", "", nil, "RuntimeImageRequired: "},
+		{"invalid ID", "python:3.12", nil, "InvalidRuntimeImageID: "},
+		{"unknown ID", "perl-5", nil, `UnknownRuntimeImage: annotation brewlet.sh/runtime-image names "perl-5"`},
+		{"revoked ID", "ruby-3", nil, "RuntimeImageRevoked: RuntimeImage ruby-3 is revoked"},
+		{"privileged", "python-3.12", func(p *corev1.Pod) { appSC(p).Privileged = ptr.To(true) }, `PrivilegeNotSupported: spec.containers[0] "app": securityContext.privileged is true`},
+		{"hostNetwork", "python-3.12", func(p *corev1.Pod) { p.Spec.HostNetwork = true }, "PrivilegeNotSupported: spec.hostNetwork is true"},
+		{"added capability", "python-3.12", func(p *corev1.Pod) {
+			appSC(p).Capabilities = &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}}
+		}, "PrivilegeNotSupported: spec.containers[0] \"app\": securityContext.capabilities.add is [NET_ADMIN]"},
+		{"allowPrivilegeEscalation", "python-3.12", func(p *corev1.Pod) { appSC(p).AllowPrivilegeEscalation = ptr.To(true) }, "PrivilegeNotSupported: spec.containers[0] \"app\": securityContext.allowPrivilegeEscalation is true"},
+		{"root user", "python-3.12", func(p *corev1.Pod) { appSC(p).RunAsUser = ptr.To[int64](0) }, "RootNotSupported: spec.containers[0] \"app\": securityContext.runAsUser is 0"},
+		{"root group", "python-3.12", func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{SupplementalGroups: []int64{0}}
+		}, "RootNotSupported: spec.securityContext.supplementalGroups contains 0"},
+		{"init container as root", "python-3.12", func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: "registry.example/app:1",
+				SecurityContext: &corev1.SecurityContext{RunAsGroup: ptr.To[int64](0)}}}
+		}, "RootNotSupported: spec.initContainers[0] \"setup\": securityContext.runAsGroup is 0"},
+		{"procMount Unmasked", "python-3.12", func(p *corev1.Pod) {
+			// The API server itself requires hostUsers: false for an Unmasked procMount.
+			p.Spec.HostUsers = ptr.To(false)
+			appSC(p).ProcMount = ptr.To(corev1.UnmaskedProcMount)
+		}, "PrivilegeNotSupported: spec.containers[0] \"app\": securityContext.procMount is Unmasked"},
+	} {
+		t.Run("denied: "+tc.name, func(t *testing.T) {
+			var mut []func(*corev1.Pod)
+			if tc.mut != nil {
+				mut = append(mut, tc.mut)
+			}
+			err := wc.Create(ctx, admissionPod("denied", tc.id, mut...))
+			if err == nil {
+				t.Fatalf("admitted; want %q", tc.want)
+			}
+			// The API server's form: admission webhook "<name>" denied the request: <message>.
+			want := fmt.Sprintf("admission webhook %q denied the request: %s", admission.WebhookName, tc.want)
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("refusal %q\nwant it to contain %q", err.Error(), want)
+			}
+		})
+	}
+
+	t.Run("another RuntimeClass is never sent to the webhook", func(t *testing.T) {
+		other := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "runc"}, Handler: "runc"}
+		if err := c.Create(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		before := admissionRequests(t, metricsAddr)
+		for i, rc := range []*string{nil, ptr.To("runc")} {
+			pod := admissionPod(fmt.Sprintf("plain-%d", i), "", func(p *corev1.Pod) {
+				p.Spec.RuntimeClassName = rc
+				p.Spec.HostNetwork = true // would be refused if it were judged
+			})
+			if err := wc.Create(ctx, pod); err != nil {
+				t.Fatal(err)
+			}
+			got := &corev1.Pod{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Spec.Affinity != nil || (got.Spec.SecurityContext != nil && got.Spec.SecurityContext.RunAsUser != nil) {
+				t.Fatalf("pod of runtimeClass %v was mutated: %+v", rc, got.Spec)
+			}
+		}
+		if after := admissionRequests(t, metricsAddr); after != before {
+			t.Fatalf("the webhook judged %d requests for pods of other RuntimeClasses", after-before)
+		}
+		// A Brewlet pod moves the same counter: the check above can see requests.
+		_ = wc.Create(ctx, admissionPod("counted", ""))
+		if after := admissionRequests(t, metricsAddr); after != before+1 {
+			t.Fatalf("counter %d -> %d for one Brewlet pod", before, after)
+		}
+	})
+
+	t.Run("certificates rotate without refusing a pod", func(t *testing.T) {
+		testRotationUnderLoad(t, wc, port)
+	})
+}
+
+// testRotationUnderLoad creates admitted pods continuously while the serving certificate
+// (12s lifetime) and the CA (45s) rotate underneath, until it has seen two CAs and three
+// serving certificates; every pod must be admitted.
+func testRotationUnderLoad(t *testing.T, wc client.Client, port int) {
+	ctx := context.Background()
+	leaves, cas := map[[32]byte]bool{}, map[string]bool{}
+	deadline := time.Now().Add(90 * time.Second)
+	for i := 0; len(cas) < 2 || len(leaves) < 3; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("saw %d CAs and %d serving certificates in 90s", len(cas), len(leaves))
+		}
+		conn, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only reading the served certificate
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf := conn.ConnectionState().PeerCertificates[0]
+		leaves[sha256.Sum256(leaf.Raw)] = true
+		cas[leaf.Issuer.CommonName] = true
+		_ = conn.Close()
+		if err := wc.Create(ctx, admissionPod(fmt.Sprintf("rot-%d", i), "python-3.12")); err != nil {
+			t.Fatalf("pod %d refused during rotation: %v", i, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
