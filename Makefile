@@ -22,15 +22,16 @@ build:
 tools:
 	hack/tools.sh all
 
-## generate: deepcopy functions and CRD manifests from api/ (never edit them by hand)
+## generate: deepcopy functions and CRD manifests from api/, copied into the Helm chart (never edit them by hand)
 generate:
 	$(TOOLS_BIN)/controller-gen object paths=./api/...
 	$(TOOLS_BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
+	rm -f charts/brewlet/crds/*.yaml && cp config/crd/*.yaml charts/brewlet/crds/
 
 ## verify-generated: fail when generated files are stale
 verify-generated: generate
-	@git diff --exit-code -- api config/crd || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
-	@test -z "$$(git status --porcelain -- api config/crd)" || { git status --porcelain -- api config/crd; echo "untracked generated files: run 'make generate' and commit" >&2; exit 1; }
+	@git diff --exit-code -- api config/crd charts/brewlet/crds || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
+	@test -z "$$(git status --porcelain -- api config/crd charts/brewlet/crds)" || { git status --porcelain -- api config/crd charts/brewlet/crds; echo "untracked generated files: run 'make generate' and commit" >&2; exit 1; }
 
 ## lint: gofmt, go vet and golangci-lint
 lint:

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -259,13 +260,16 @@ func TestPodAdmission(t *testing.T) {
 			Name: "debug", Image: "busybox", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}}
 		err := c.SubResource("ephemeralcontainers").Update(ctx, got)
 		expectDenied(t, err, string(vocab.ReasonPrivilegeNotSupported)+`: spec.ephemeralContainers[0] "debug": securityContext.privileged`)
-		// The scheduler writes the pod's status meanwhile: start from the latest version.
-		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
-			t.Fatal(err)
-		}
-		got.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
-			Name: "debug", Image: "busybox"}}}
-		if err := c.SubResource("ephemeralcontainers").Update(ctx, got); err != nil {
+		// The scheduler and kwok write the pod meanwhile: start from the latest version, and
+		// again after a conflict.
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+				return err
+			}
+			got.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+				Name: "debug", Image: "busybox"}}}
+			return c.SubResource("ephemeralcontainers").Update(ctx, got)
+		}); err != nil {
 			t.Fatalf("plain ephemeral container refused: %v", err)
 		}
 	})

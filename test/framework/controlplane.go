@@ -133,6 +133,10 @@ func (cp *ControlPlane) startAPIServer(t testing.TB, bin string) error {
 		"--service-account-key-file="+k.SAPub, "--service-account-signing-key-file="+k.SAKey,
 		"--service-cluster-ip-range=10.0.0.0/24", "--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction", "--allow-privileged=true",
+		// Logs, exec and port-forward reach real kubelets (StartKubeletNode) with a client
+		// certificate, at the node's InternalIP, verifying the kubelet's serving certificate.
+		"--kubelet-client-certificate="+k.KubeletClient, "--kubelet-client-key="+k.KubeletClientKey,
+		"--kubelet-certificate-authority="+k.CACert, "--kubelet-preferred-address-types=InternalIP",
 		"--cert-dir="+filepath.Join(cp.Dir, "apiserver-certs"))
 	if err != nil {
 		return err
@@ -195,6 +199,8 @@ func (cp *ControlPlane) startControllerManager(t testing.TB) error {
 		"--use-service-account-credentials=true",
 		"--cluster-signing-cert-file="+cp.pki.CACert, "--cluster-signing-key-file="+cp.pki.CAKey,
 		"--cert-dir="+filepath.Join(cp.Dir, "kcm-certs"),
+		// Its default flexvolume directory is /usr/libexec/kubernetes/..., which it creates.
+		"--flex-volume-plugin-dir="+filepath.Join(cp.Dir, "flexvolume"),
 		// The default client QPS of 20 caps pod churn at ~20 pods/s.
 		"--kube-api-qps=200", "--kube-api-burst=400")
 	if err != nil {

@@ -28,6 +28,9 @@ type pki struct {
 	AdmKey string
 	SAKey  string // service-account signing key (RSA)
 	SAPub  string
+	// KubeletClient is the API server's client certificate towards kubelets (logs, exec).
+	KubeletClient    string
+	KubeletClientKey string
 }
 
 func newPKI(dir string) (*pki, error) {
@@ -71,6 +74,11 @@ func newPKI(dir string) (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.KubeletClient, p.KubeletClientKey, err = p.issue("apiserver-kubelet-client",
+		pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}}, nil, nil, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return nil, err
+	}
 	sa, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return nil, err
@@ -85,8 +93,13 @@ func newPKI(dir string) (*pki, error) {
 	return p, nil
 }
 
-// issue signs a leaf certificate with the CA.
+// issue signs a leaf certificate with the CA and writes it to the PKI directory.
 func (p *pki) issue(name string, subj pkix.Name, dns []string, ips []net.IP, usage x509.ExtKeyUsage) (string, string, error) {
+	return p.issueIn(p.dir, name, subj, dns, ips, usage)
+}
+
+// issueIn signs a leaf certificate with the CA and writes <dir>/<name>.crt and .key.
+func (p *pki) issueIn(dir, name string, subj pkix.Name, dns []string, ips []net.IP, usage x509.ExtKeyUsage) (string, string, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return "", "", err
@@ -106,11 +119,11 @@ func (p *pki) issue(name string, subj pkix.Name, dns []string, ips []net.IP, usa
 	if err != nil {
 		return "", "", err
 	}
-	crt, err := writePEM(p.dir, name+".crt", "CERTIFICATE", der)
+	crt, err := writePEM(dir, name+".crt", "CERTIFICATE", der)
 	if err != nil {
 		return "", "", err
 	}
-	k, err := writeECKey(p.dir, name+".key", key)
+	k, err := writeECKey(dir, name+".key", key)
 	return crt, k, err
 }
 

@@ -1,0 +1,47 @@
+{{/*
+Names are fixed, not derived from the release name: Brewlet is installed once per cluster
+(its CRDs, RuntimeClass, webhook and policy are cluster-wide), and the operator finds its
+webhook Service, MutatingWebhookConfiguration and certificate Secret by these names.
+*/}}
+{{- define "brewlet.operatorName" -}}brewlet-operator{{- end -}}
+{{- define "brewlet.provisionerName" -}}brewlet-provisioner{{- end -}}
+{{- define "brewlet.admissionName" -}}brewlet-pod-admission{{- end -}}
+{{- define "brewlet.policyName" -}}brewlet-provisioner-node-scope{{- end -}}
+
+{{- define "brewlet.labels" -}}
+app.kubernetes.io/part-of: brewlet
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "brewlet.operatorSelector" -}}
+app.kubernetes.io/name: brewlet-operator
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "brewlet.provisionerSelector" -}}
+app.kubernetes.io/name: brewlet-provisioner
+app.kubernetes.io/component: provisioner
+{{- end -}}
+
+{{/*
+brewlet.image: registry/repository@digest when a digest is set (the tag is then ignored),
+else registry/repository:tag (tag defaults to the chart's appVersion).
+*/}}
+{{- define "brewlet.image" -}}
+{{- $img := .image -}}
+{{- $repo := $img.repository -}}
+{{- if $img.registry }}{{ $repo = printf "%s/%s" $img.registry $img.repository }}{{ end -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $repo $img.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (default .root.Chart.AppVersion $img.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The service account the node-scope policy and the RBAC bindings name. */}}
+{{- define "brewlet.provisionerUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "brewlet.provisionerName" . }}
+{{- end -}}
