@@ -76,6 +76,13 @@ type NodeRuntimeEntry struct {
 	Message string `json:"message,omitempty"`
 	// +optional
 	AuthorizedUntil *metav1.Time `json:"authorizedUntil,omitempty"`
+	// FailedGeneration is the generation of this epoch the node tried and could not
+	// install (refused by the runtime rules, or a pull that failed), with the cause in
+	// reason and message. The node keeps serving `generation`; a rollout counts the node
+	// against its failure budget for that generation.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	FailedGeneration int64 `json:"failedGeneration,omitempty"`
 }
 
 // NodeTask is one running container and the generation it leased.

@@ -55,11 +55,17 @@ func (a *Agent) apply(ctx context.Context, t Target, confirmed time.Time, acted 
 			reason := string(reasonOr(last.err, vocab.ReasonRuntimeImagePullFailed))
 			if cerr != nil || cur.Epoch != t.Epoch {
 				e.State, e.Reason, e.Message = string(vocab.StateFailed), reason, last.err.Error()
+				if Refused(last.err) {
+					e.FailedGeneration = t.Generation
+				}
 				return e, true, a.withdrawIfOtherEpoch(t)
 			}
 			// The refused generation never becomes current; the one in use stays served.
 			failed = &brewletv1.NodeRuntimeEntry{Reason: reason,
 				Message: fmt.Sprintf("generation %d refused, generation %d stays in use: %v", t.Generation, cur.Generation, last.err)}
+			if Refused(last.err) {
+				failed.FailedGeneration = t.Generation
+			}
 		}
 	}
 	if cerr != nil || cur.Epoch != t.Epoch { // nothing of this epoch installed yet
@@ -91,7 +97,7 @@ func (a *Agent) apply(ctx context.Context, t Target, confirmed time.Time, acted 
 	until := metav1.NewTime(confirmed.Add(a.ttl()).Truncate(time.Second))
 	e.State, e.Generation, e.Digest, e.AuthorizedUntil = string(vocab.StateReady), cur.Generation, g.Digest, &until
 	if failed != nil {
-		e.Reason, e.Message = failed.Reason, failed.Message
+		e.Reason, e.Message, e.FailedGeneration = failed.Reason, failed.Message, failed.FailedGeneration
 	}
 	return e, true, nil
 }

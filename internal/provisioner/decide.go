@@ -151,9 +151,23 @@ func RetryDue(err error, at, now time.Time, pause time.Duration) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, ErrNotWriter) {
 		return true
 	}
-	switch vocab.ReasonOf(err) {
-	case "", vocab.ReasonRuntimeImagePullFailed, vocab.ReasonDigestMismatch:
+	if !Refused(err) {
 		return now.Sub(at) >= pause
 	}
 	return false // the content was refused
+}
+
+// Refused reports whether an install error refuses the generation's content: final for
+// that digest (the same bytes are refused again), and what a rollout counts against its
+// failure budget. A pull failure, altered bytes from a source or a cancellation says
+// nothing about the content.
+func Refused(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, ErrNotWriter) {
+		return false
+	}
+	switch vocab.ReasonOf(err) {
+	case "", vocab.ReasonRuntimeImagePullFailed, vocab.ReasonDigestMismatch:
+		return false
+	}
+	return true
 }

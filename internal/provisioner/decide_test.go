@@ -170,6 +170,29 @@ func TestRetryDue(t *testing.T) {
 	}
 }
 
+// Refused: only a refusal of the content counts against a rollout's failure budget; a
+// registry outage or a cancelled install must not halt a rotation.
+func TestRefused(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{vocab.Errorf(vocab.ReasonRuntimeImagePullFailed, "registry down"), false},
+		{vocab.Errorf(vocab.ReasonDigestMismatch, "mirror"), false},
+		{fmt.Errorf("install: %w", context.Canceled), false},
+		{ErrNotWriter, false},
+		{errors.New("no space left"), false},
+		{vocab.Errorf(vocab.ReasonPrivilegedRuntimeFile, "setuid"), true},
+		{fmt.Errorf("layer 2: %w", vocab.Errorf(vocab.ReasonLimitExceeded, "bomb")), true},
+		{vocab.Errorf(vocab.ReasonInvalidRuntimePath, "PATH"), true},
+	} {
+		if got := Refused(tc.err); got != tc.want {
+			t.Errorf("Refused(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
 func TestValidateTiming(t *testing.T) {
 	for _, tc := range []struct {
 		ttl, period time.Duration

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
@@ -87,15 +88,25 @@ func (a *Agent) publishStatus(ctx context.Context, node *corev1.Node, nrt *brewl
 	sort.Slice(st.Tasks, func(i, j int) bool {
 		return st.Tasks[i].PodUID+types.UID(st.Tasks[i].ContainerName) < st.Tasks[j].PodUID+types.UID(st.Tasks[j].ContainerName)
 	})
-	old := nrt.Status
-	old.ObservedAt = nil
-	if reflect.DeepEqual(normalize(old), normalize(st)) {
-		return nil
-	}
-	now := metav1.NewTime(time.Now().Truncate(time.Second))
-	st.ObservedAt = &now
-	nrt.Status = st
-	return a.Client.Status().Update(ctx, nrt)
+	// The operator writes this object's spec while the pass runs: on a conflict the status
+	// (this agent's alone) is applied again to the object as it is now.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		old := nrt.Status
+		old.ObservedAt = nil
+		if reflect.DeepEqual(normalize(old), normalize(st)) {
+			return nil
+		}
+		now := metav1.NewTime(time.Now().Truncate(time.Second))
+		st.ObservedAt = &now
+		nrt.Status = st
+		err := a.Client.Status().Update(ctx, nrt)
+		if apierrors.IsConflict(err) {
+			if gerr := a.Client.Get(ctx, client.ObjectKeyFromObject(nrt), nrt); gerr != nil {
+				return gerr
+			}
+		}
+		return err
+	})
 }
 
 // normalize drops fields that change every renewal, so only real changes cause writes.

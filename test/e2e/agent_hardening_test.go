@@ -38,6 +38,7 @@ func newAgentWorld(t *testing.T) *agentWorld {
 	framework.RequireRoot(t) // extraction keeps owners and xattrs
 	w := &agentWorld{cp: framework.StartControlPlane(t, framework.ControlPlaneOptions{}), reg: framework.StartRegistry(t),
 		nodeName: "node-agent", host: hoststate.Under(t.TempDir())}
+	startOperator(t, w.cp, false) // generations, approval and NodeRuntime spec come from the operator
 	w.refs = buildRuntimes(t, w.reg.Addr, "python")
 	if err := w.cp.Client.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.nodeName,
 		Labels: map[string]string{"pool.example/name": "general"}}}); err != nil {
@@ -58,7 +59,7 @@ func (w *agentWorld) offer(t *testing.T, images map[string]string) *brewletv1.No
 		if err := w.cp.Client.Create(ctx, ri); err != nil {
 			t.Fatal(err)
 		}
-		setGeneration(t, w.cp.Client, ri, 1)
+		waitGeneration(t, w.cp.Client, ri, 1)
 		np.Spec.RuntimeImages = append(np.Spec.RuntimeImages, brewletv1.OfferedRuntime{ID: id, Install: "Eager"})
 	}
 	if err := w.cp.Client.Create(ctx, np); err != nil {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -19,20 +20,34 @@ import (
 	"brewlet.sh/brewlet/test/framework"
 )
 
-// setGeneration records, as brewlet-operator will, the generation of a RuntimeImage.
-func setGeneration(t *testing.T, c client.Client, ri *brewletv1.RuntimeImage, gen int64) {
+// waitGeneration waits until brewlet-operator (running in the test) has assigned generation
+// gen to the RuntimeImage's current digest, approved it, and allowed it on every node's
+// NodeRuntime spec, so that the agent's next pass sees what the operator decided.
+func waitGeneration(t *testing.T, c client.Client, ri *brewletv1.RuntimeImage, gen int64) {
 	t.Helper()
 	ctx := context.Background()
-	if err := c.Get(ctx, client.ObjectKeyFromObject(ri), ri); err != nil {
-		t.Fatal(err)
-	}
-	_, digest, _ := strings.Cut(ri.Spec.Source.Image, "@")
-	ri.Status.Epoch, ri.Status.Generation, ri.Status.Digest = ri.UID, gen, digest
-	meta.SetStatusCondition(&ri.Status.Conditions, metav1.Condition{Type: string(vocab.ConditionApproved),
-		Status: metav1.ConditionTrue, Reason: "Approved", Message: "approved"})
-	if err := c.Status().Update(ctx, ri); err != nil {
-		t.Fatal(err)
-	}
+	eventually(t, 60*time.Second, fmt.Sprintf("RuntimeImage %s at generation %d", ri.Name, gen), func() (bool, string) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(ri), ri); err != nil {
+			return false, err.Error()
+		}
+		_, digest, _ := strings.Cut(ri.Spec.Source.Image, "@")
+		st := ri.Status
+		if st.Epoch != ri.UID || st.Generation != gen || st.Digest != digest || !meta.IsStatusConditionTrue(st.Conditions, string(vocab.ConditionApproved)) {
+			return false, fmt.Sprintf("status %+v", st)
+		}
+		var nrts brewletv1.NodeRuntimeList
+		if err := c.List(ctx, &nrts); err != nil {
+			return false, err.Error()
+		}
+		for _, n := range nrts.Items {
+			for _, d := range n.Spec.Runtimes {
+				if d.ID == ri.Name && d.AllowedGeneration != 0 && d.AllowedGeneration < gen {
+					return false, fmt.Sprintf("node %s allowed generation %d", n.Name, d.AllowedGeneration)
+				}
+			}
+		}
+		return true, ""
+	})
 }
 
 // The provisioner's loop, against a real API server and a real node: installs what the
@@ -86,7 +101,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 		must(c.Get(ctx, client.ObjectKeyFromObject(ri), ri))
 		ri.Spec.Source.Image = refs["python2"]
 		must(c.Update(ctx, ri))
-		setGeneration(t, c, ri, 2)
+		waitGeneration(t, c, ri, 2)
 		must(agent.ReconcileAndWait(ctx))
 		if cur, err := host.Current(pyID); err != nil || cur.Generation != 2 {
 			t.Fatalf("current after rotation: %v %v", cur, err)
@@ -133,13 +148,26 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 			ri.Spec.Source.Image = bad
 			must(c.Update(ctx, ri))
 			gen++
-			setGeneration(t, c, ri, gen)
+			waitGeneration(t, c, ri, gen)
 			must(agent.ReconcileAndWait(ctx))
 			must(c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt))
 			e := nrt.Status.Runtimes[0]
-			if e.State != "Ready" || e.Generation != 2 || e.Reason != string(tc.reason) || !strings.Contains(e.Message, "refused") {
+			if e.State != "Ready" || e.Generation != 2 || e.Reason != string(tc.reason) || !strings.Contains(e.Message, "refused") || e.FailedGeneration != gen {
 				t.Fatalf("%s: NodeRuntime entry after a refused rotation: %+v", tc.name, e)
 			}
+			// The operator counts the refusal against the rotation's failure budget.
+			eventually(t, 30*time.Second, "the rotation reports the refusing node", func() (bool, string) {
+				got := &brewletv1.RuntimeImage{}
+				if err := c.Get(ctx, client.ObjectKeyFromObject(ri), got); err != nil {
+					return false, err.Error()
+				}
+				r := got.Status.Rotation
+				if r == nil || r.Target.Generation != gen || r.Nodes.Failed != 1 || len(r.ExcludedNodes) != 1 ||
+					r.ExcludedNodes[0].Name != nodeName || r.ExcludedNodes[0].Reason != string(tc.reason) {
+					return false, fmt.Sprintf("rotation %+v", r)
+				}
+				return true, ""
+			})
 		}
 		if _, _, err := d.start(t, nil, nil); err != nil {
 			t.Fatalf("generation 2 no longer serves: %v", err)
@@ -175,7 +203,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 		if ri.UID == old {
 			t.Fatal("recreated RuntimeImage kept its UID")
 		}
-		setGeneration(t, c, ri, 1)
+		waitGeneration(t, c, ri, 1)
 		must(agent.ReconcileAndWait(ctx))
 		cur, err := host.Current(pyID)
 		if err != nil || cur.Epoch != string(ri.UID) || cur.Generation != 1 {
@@ -261,6 +289,7 @@ type agentEnv struct {
 func newAgentEnv(t *testing.T, install string) *agentEnv {
 	t.Helper()
 	e := &agentEnv{cp: framework.StartControlPlane(t, framework.ControlPlaneOptions{}), n: framework.StartNode(t)}
+	startOperator(t, e.cp, false) // generations, approval and NodeRuntime spec come from the operator
 	ctx := context.Background()
 	e.c, e.nodeName = e.cp.Client, "node-"+e.n.ID
 	e.must = func(err error) {
@@ -273,7 +302,7 @@ func newAgentEnv(t *testing.T, install string) *agentEnv {
 	e.must(e.c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.nodeName, Labels: map[string]string{"pool.example/name": "general"}}}))
 	e.ri = runtimeImage(pyID, e.refs["python1"])
 	e.must(e.c.Create(ctx, e.ri))
-	setGeneration(t, e.c, e.ri, 1)
+	waitGeneration(t, e.c, e.ri, 1)
 	e.must(e.c.Create(ctx, &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "general"}, Spec: brewletv1.NodeProfileSpec{
 		NodePool:      brewletv1.NodePool{Key: "pool.example/name", Names: []string{"general"}},
 		RuntimeImages: []brewletv1.OfferedRuntime{{ID: pyID, Install: install}}}}))

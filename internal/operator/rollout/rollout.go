@@ -84,10 +84,15 @@ type Decision struct {
 	Failed []string
 }
 
-// PhaseOf classifies a node against the target. A report of another epoch or another
+// PhaseOf classifies a node against the target. A report of the target as failed
+// (failedGeneration) counts as a failure; a report of another epoch or another
 // generation says nothing about the target; a node already allowed the target (or
 // reporting its install) counts as installing until it reports the outcome.
 func PhaseOf(t Target, n Node) Phase {
+	if r := n.Report; r != nil && r.Epoch == t.Epoch && r.FailedGeneration == t.Generation {
+		// The node refused the target's content and keeps serving an older generation.
+		return PhaseFailed
+	}
 	if r := n.Report; r != nil && r.Epoch == t.Epoch && r.Generation == t.Generation {
 		switch vocab.RuntimeState(r.State) {
 		case vocab.StateReady, vocab.StateAvailable:
