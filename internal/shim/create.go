@@ -129,14 +129,8 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 	if err := checkImage(ctx, r.ID, launch); err != nil {
 		return err
 	}
-	if err := l.CheckFence(); err != nil {
-		return err
-	}
-	auth, err := l.ReadAuthorization(id)
+	auth, err := authorized(l, id)
 	if err != nil {
-		return err
-	}
-	if err := auth.Check(time.Now()); err != nil {
 		return err
 	}
 	lease := hoststate.Lease{ContainerID: r.ID, ID: id,
@@ -209,17 +203,24 @@ func onDemandWait() time.Duration {
 	return maxOnDemandWait
 }
 
-// recheck repeats the fence and authorization decisions for the leased generation: a
-// revocation, an expiry or an agent restart during the create refuses it.
-func recheck(l hoststate.Layout, id string, gen hoststate.Generation) error {
+// authorized is the node's word on starting a container with id now: the startup fence is
+// open and the authorization is valid.
+func authorized(l hoststate.Layout, id string) (hoststate.Authorization, error) {
 	if err := l.CheckFence(); err != nil {
-		return err
+		return hoststate.Authorization{}, err
 	}
 	auth, err := l.ReadAuthorization(id)
 	if err != nil {
-		return err
+		return auth, err
 	}
-	if err := auth.Check(time.Now()); err != nil {
+	return auth, auth.Check(time.Now())
+}
+
+// recheck repeats the fence and authorization decisions for the leased generation: a
+// revocation, an expiry or an agent restart during the create refuses it.
+func recheck(l hoststate.Layout, id string, gen hoststate.Generation) error {
+	auth, err := authorized(l, id)
+	if err != nil {
 		return err
 	}
 	if auth.Epoch != gen.Epoch {

@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -35,7 +34,6 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/admission"
-	"brewlet.sh/brewlet/internal/operator"
 	"brewlet.sh/brewlet/test/framework"
 )
 
@@ -921,9 +919,10 @@ func TestChartOnAPIServer(t *testing.T) {
 	}
 }
 
-// chartOperatorUnderRBAC runs brewlet-operator in-process (operator.New, as main) with a
-// token of the chart's operator service account, and waits for what each of its
-// controllers writes: so every verb the operator uses is proven granted, not only listed.
+// chartOperatorUnderRBAC runs the brewlet-operator binary as its own process (the flags
+// of the chart's Deployment, loopback ports) whose only credential is a token of the
+// chart's operator service account, and waits for what each of its controllers writes: so
+// every verb the operator uses is proven granted, not only listed.
 func chartOperatorUnderRBAC(t *testing.T, cp *framework.ControlPlane) {
 	ctx, c := context.Background(), cp.Client
 	cs, err := kubernetes.NewForConfig(cp.Config)
@@ -934,32 +933,10 @@ func chartOperatorUnderRBAC(t *testing.T, cp *framework.ControlPlane) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logger := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	octx, cancel := context.WithCancel(ctx)
-	mgr, err := operator.New(octx, cp.UserConfig(tr.Status.Token), operator.Options{
-		MetricsAddress: "0", ProbeAddress: "0", Logger: logger, SkipNameValidation: true,
-		LeaderElection: true, LeaderElectionNamespace: chartNS, LeaderElectionID: "brewlet-operator",
-		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
-		Admission: admission.Options{Host: "127.0.0.1", Port: framework.FreePort(t), CertDir: t.TempDir(),
-			Namespace: chartNS, ResyncInterval: 500 * time.Millisecond},
-	})
-	if err != nil {
-		cancel()
-		t.Fatalf("operator.New: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(octx) }()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("operator stopped with %v", err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Errorf("operator did not stop within 60s")
-		}
-	}()
+	// Ready: informers synced and the pod admission certificate (its Secret, by name)
+	// loaded.
+	op := startOperatorProcess(t, cp, tr.Status.Token, chartNS)
+	defer op.stop(t, 30*time.Second)
 	wait := func(what string, cond func() (bool, string)) {
 		t.Helper()
 		deadline, last := time.Now().Add(60*time.Second), ""
@@ -1030,8 +1007,16 @@ func chartOperatorUnderRBAC(t *testing.T, cp *framework.ControlPlane) {
 			return false, err.Error()
 		}
 		ca := mwc.Webhooks[0].ClientConfig.CABundle
-		return len(ca) > 0 && bytes.Equal(ca, sec.Data["ca.crt"]), fmt.Sprintf("caBundle %d bytes", len(ca))
+		if len(ca) == 0 || !bytes.Equal(ca, sec.Data["ca.crt"]) {
+			return false, fmt.Sprintf("caBundle %d bytes", len(ca))
+		}
+		// ... and the process serves the Secret's certificate, for the Service's name.
+		err := op.webhookServes(ca, admission.ServiceName+"."+chartNS+".svc")
+		return err == nil, fmt.Sprintf("webhook at %s: %v", op.WebhookAddr, err)
 	})
+	if err := httpGetOK(ctx, http.DefaultClient, "http://"+op.MetricsAddr+"/metrics"); err != nil {
+		t.Errorf("operator metrics: %v", err)
+	}
 	// The finalizer is released on deletion (update of the object, a fresh list of
 	// NodeRuntimes): no node reports the epoch.
 	if err := c.Delete(ctx, ri); err != nil {

@@ -189,17 +189,8 @@ func stockProbe(t *testing.T, n *framework.Node) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		st, err := n.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: cid})
-		if err == nil && st.Status.State == runtimeapi.ContainerState_CONTAINER_EXITED {
-			b, _ := os.ReadFile(filepath.Join(pod.LogDirectory, "app.log"))
-			return string(b)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatal("stock probe did not exit")
-	return ""
+	_, log := exited(t, n, cid, pod, "app.log")
+	return log
 }
 
 // shimPID finds the shim serving a pod: the brewlet shim whose command line names this

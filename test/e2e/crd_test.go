@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -69,14 +70,9 @@ func TestCRDValidation(t *testing.T) {
 		if err := c.Create(ctx, ri); err != nil {
 			t.Fatalf("valid RuntimeImage refused: %v", err)
 		}
-		ri.Status.Epoch = ri.UID
-		ri.Status.Generation = 1
-		ri.Status.Digest = goodDigest
-		ri.Status.Conditions = []metav1.Condition{{Type: "Approved", Status: metav1.ConditionTrue,
-			Reason: "Approved", Message: "approved", LastTransitionTime: metav1.NewTime(time.Now())}}
-		if err := c.Status().Update(ctx, ri); err != nil {
-			t.Fatalf("status update: %v", err)
-		}
+		// The status is the operator's: it writes it through the status subresource.
+		startOperator(t, cp, false)
+		waitGeneration(t, c, ri, 1)
 		got := &brewletv1.RuntimeImage{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(ri), got); err != nil {
 			t.Fatal(err)
@@ -93,9 +89,20 @@ func TestCRDValidation(t *testing.T) {
 		if got.Status.Generation != 1 {
 			t.Fatalf("a spec update changed status.generation to %d", got.Status.Generation)
 		}
-		got.Spec.User.UID = 0
+		// The operator records each spec change in the status: start from the latest version.
+		fresh := func() *brewletv1.RuntimeImage {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(ri), got); err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		eventually(t, 30*time.Second, "the operator observed the spec change", func() (bool, string) {
+			g := fresh()
+			return g.Status.ObservedGeneration == g.Generation, fmt.Sprintf("observed %d of %d", g.Status.ObservedGeneration, g.Generation)
+		})
+		fresh().Spec.User.UID = 0
 		expectDenied(t, c.Update(ctx, got), "") // uid 0 is below the minimum
-		got.Spec.User.UID = 20000
+		fresh().Spec.User.UID = 20000
 		expectDenied(t, c.Update(ctx, got), "spec.user is immutable")
 		// Printer columns come from the generated CRD.
 		out, err := cp.Kubectl(t, "get", "runtimeimages.node.brewlet.sh", "python-3.12")

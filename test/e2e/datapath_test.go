@@ -121,22 +121,30 @@ func (d *dataPath) start(t *testing.T, ann map[string]string, mutate func(*runti
 // output waits for a container to exit and returns its log.
 func (d *dataPath) output(t *testing.T, cid string, pod *runtimeapi.PodSandboxConfig) string {
 	t.Helper()
+	code, log := exited(t, d.n, cid, pod, "app.log")
+	if code != 0 {
+		t.Fatalf("container exited %d: %s", code, log)
+	}
+	return log
+}
+
+// exited waits (60 s at most) for a container to exit and returns its exit code and the
+// log the CRI wrote to logName in the pod's log directory.
+func exited(t *testing.T, n *framework.Node, cid string, pod *runtimeapi.PodSandboxConfig, logName string) (int32, string) {
+	t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		st, err := d.n.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: cid})
+		st, err := n.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: cid})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if st.Status.State == runtimeapi.ContainerState_CONTAINER_EXITED {
-			b, _ := os.ReadFile(filepath.Join(pod.LogDirectory, "app.log"))
-			if st.Status.ExitCode != 0 {
-				t.Fatalf("container exited %d: %s", st.Status.ExitCode, b)
-			}
-			return string(b)
+			b, _ := os.ReadFile(filepath.Join(pod.LogDirectory, logName))
+			return st.Status.ExitCode, string(b)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("container still %v after 60s", st.Status.State)
+			t.Fatalf("container %s still %v after 60s", cid, st.Status.State)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -5,18 +5,15 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"brewlet.sh/brewlet/internal/images"
 	"brewlet.sh/brewlet/test/framework"
@@ -154,18 +151,9 @@ func runOnce(t *testing.T, n *framework.Node, image string, cmd ...string) strin
 	if err != nil {
 		t.Fatalf("run %s: %v", image, err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		st, err := n.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: cid})
-		if err == nil && st.Status.State == runtimeapi.ContainerState_CONTAINER_EXITED {
-			b, _ := os.ReadFile(filepath.Join(pod.LogDirectory, "c.log"))
-			if st.Status.ExitCode != 0 {
-				t.Fatalf("%s %v exited %d:\n%s", image, cmd, st.Status.ExitCode, b)
-			}
-			return string(b)
-		}
-		time.Sleep(200 * time.Millisecond)
+	code, log := exited(t, n, cid, pod, "c.log")
+	if code != 0 {
+		t.Fatalf("%s %v exited %d:\n%s", image, cmd, code, log)
 	}
-	t.Fatalf("%s %v did not exit within 60s", image, cmd)
-	return ""
+	return log
 }

@@ -1,0 +1,127 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"brewlet.sh/brewlet/test/framework"
+)
+
+// operatorProcess is the brewlet-operator binary run as its own process, as a Deployment
+// replica runs it: its own kubeconfig (a service-account token, nothing of the harness's
+// admin credentials), its own ports, its flags from cmd/brewlet-operator.
+type operatorProcess struct {
+	*framework.Process
+	ProbeAddr, MetricsAddr, WebhookAddr string
+}
+
+// buildOperator compiles cmd/brewlet-operator into a temporary directory.
+func buildOperator(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "brewlet-operator")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/brewlet-operator")
+	cmd.Dir = framework.RepoRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build brewlet-operator: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startOperatorProcess builds and starts brewlet-operator in namespace ns with token as its
+// only credential, records it in the control plane's instance (cleanup and the sweep kill
+// it by PID; it dies with the test binary) and waits for its /readyz: informers synced and
+// the pod admission certificate served.
+func startOperatorProcess(t *testing.T, cp *framework.ControlPlane, token, ns string) *operatorProcess {
+	t.Helper()
+	bin := buildOperator(t)
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["e2e"] = &clientcmdapi.Cluster{Server: cp.Config.Host, CertificateAuthority: cp.Config.CAFile}
+	kc.AuthInfos["brewlet-operator"] = &clientcmdapi.AuthInfo{Token: token}
+	kc.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "brewlet-operator"}
+	kc.CurrentContext = "e2e"
+	kubeconfig := filepath.Join(cp.Dir, "brewlet-operator.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	addr := func() string { return "127.0.0.1:" + strconv.Itoa(framework.FreePort(t)) }
+	op := &operatorProcess{ProbeAddr: addr(), MetricsAddr: addr()}
+	webhookPort := framework.FreePort(t)
+	op.WebhookAddr = "127.0.0.1:" + strconv.Itoa(webhookPort)
+	p, err := cp.Start("brewlet-operator", nil, bin, "--kubeconfig="+kubeconfig,
+		"--metrics-address="+op.MetricsAddr, "--health-probe-address="+op.ProbeAddr,
+		"--leader-elect=true", "--leader-election-namespace="+ns, "--leader-election-id=brewlet-operator",
+		"--webhook-host=127.0.0.1", "--webhook-port="+strconv.Itoa(webhookPort),
+		"--webhook-cert-dir="+filepath.Join(cp.Dir, "brewlet-operator-certs"), "--webhook-cert-resync=500ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	op.Process = p
+	if err := p.WaitReady(90*time.Second, func(ctx context.Context) error {
+		return httpGetOK(ctx, http.DefaultClient, "http://"+op.ProbeAddr+"/readyz")
+	}); err != nil {
+		p.Stop(10 * time.Second)
+		t.Fatal(err)
+	}
+	return op
+}
+
+// stop ends the process with SIGTERM (as the kubelet would) and fails t unless it exits
+// cleanly within grace: it must not have died on its own before, and must hand back its
+// Lease and stop its controllers without being killed.
+func (op *operatorProcess) stop(t *testing.T, grace time.Duration) {
+	t.Helper()
+	if exited, err := op.Exited(); exited {
+		t.Errorf("brewlet-operator exited before the test stopped it: %v", err)
+	} else {
+		op.Stop(grace)
+		if _, err := op.Exited(); err != nil {
+			t.Errorf("brewlet-operator did not stop cleanly within %s on SIGTERM: %v", grace, err)
+		}
+	}
+	if t.Failed() {
+		t.Logf("---- brewlet-operator log (%s) ----\n%s", op.LogPath, op.Tail(200))
+	}
+}
+
+// webhookServes checks that the process serves pod admission over TLS with a certificate
+// for host that chains to caPEM (the CA in the certificate Secret and the caBundle).
+func (op *operatorProcess) webhookServes(caPEM []byte, host string) error {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return fmt.Errorf("no CA certificate in %d bytes", len(caPEM))
+	}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", op.WebhookAddr,
+		&tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+func httpGetOK(ctx context.Context, c *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
+}
