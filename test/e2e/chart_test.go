@@ -797,30 +797,8 @@ func TestChartOnAPIServer(t *testing.T) {
 		must(c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"pool.example/name": "general"}}}))
 	}
 	must(c.Create(ctx, &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n2"}}))
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-n1", Namespace: ns}, Spec: corev1.PodSpec{
-		NodeName: "n1", ServiceAccountName: sa, Containers: []corev1.Container{{Name: "agent", Image: "registry.invalid/agent@" + goodDigest}}}}
-	must(c.Create(ctx, pod))
-	cs, err := kubernetes.NewForConfig(cp.Config)
-	must(err)
-	// The token the kubelet mounts into the agent's pod on n1.
-	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
-		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}}}, metav1.CreateOptions{})
-	must(err)
-	agent, err := client.New(cp.UserConfig(tr.Status.Token), client.Options{Scheme: cp.Scheme})
-	must(err)
-
-	// Policies take effect asynchronously: wait for the first denial.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := writeStatus(ctx, agent, "n2")
-		if err != nil && strings.Contains(err.Error(), "agents write only their own node") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("write to another node's NodeRuntime not denied: %v", err)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+	agent := nodeBoundClient(t, cp, ns, sa, "n1")
+	waitNodeScopeDenies(t, agent, "n2")
 	// What the agent does on its own node, with the chart's RBAC: read the cluster's
 	// profiles and images, create its NodeRuntime, report status, label its node, hold its
 	// writer Lease.
@@ -864,11 +842,7 @@ func TestChartOnAPIServer(t *testing.T) {
 		t.Errorf("agent creating a Lease outside its namespace: %v, want forbidden", err)
 	}
 	// A token of the same service account without the pod binding has no node claim.
-	plain, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	must(err)
-	unbound, err := client.New(cp.UserConfig(plain.Status.Token), client.Options{Scheme: cp.Scheme})
-	must(err)
-	expectDenied(t, writeStatus(ctx, unbound, "n1"), "no node claim")
+	expectDenied(t, writeStatus(ctx, saClient(t, cp, ns, sa, nil), "n1"), "no node claim")
 
 	t.Run("operator runs under the chart's RBAC", func(t *testing.T) { chartOperatorUnderRBAC(t, cp) })
 
@@ -1014,7 +988,7 @@ func chartOperatorUnderRBAC(t *testing.T, cp *framework.ControlPlane) {
 		err := op.webhookServes(ca, admission.ServiceName+"."+chartNS+".svc")
 		return err == nil, fmt.Sprintf("webhook at %s: %v", op.WebhookAddr, err)
 	})
-	if err := httpGetOK(ctx, http.DefaultClient, "http://"+op.MetricsAddr+"/metrics"); err != nil {
+	if err := framework.HTTPOK(ctx, http.DefaultClient, "http://"+op.MetricsAddr+"/metrics"); err != nil {
 		t.Errorf("operator metrics: %v", err)
 	}
 	// The finalizer is released on deletion (update of the object, a fresh list of

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -28,27 +27,6 @@ print('ro-proc-sys', '/proc/sys' in ro, 'ro-sys', '/sys' in ro)
 print('devices', sorted(os.listdir('/dev')))
 `
 
-// startWithSandbox starts a brewlet pod whose sandbox has the given security context.
-func (d *dataPath) startWithSandbox(t *testing.T, sandbox *runtimeapi.LinuxSandboxSecurityContext, mutate func(*runtimeapi.ContainerConfig)) (string, *runtimeapi.PodSandboxConfig, error) {
-	t.Helper()
-	d.podIdx++
-	pod := d.n.PodConfig(fmt.Sprintf("confine-%d", d.podIdx), map[string]string{vocab.AnnotationRuntimeImage: pyID})
-	pod.Linux.SecurityContext = sandbox
-	ctx := context.Background()
-	podID, err := d.n.RunPod(ctx, pod, vocab.RuntimeClassName)
-	if err != nil {
-		t.Fatalf("run pod: %v", err)
-	}
-	c := framework.ContainerConfig("app", d.app)
-	c.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{
-		RunAsUser: &runtimeapi.Int64Value{Value: 10001}, RunAsGroup: &runtimeapi.Int64Value{Value: 10001}}
-	if mutate != nil {
-		mutate(c)
-	}
-	cid, err := d.n.CreateStart(ctx, podID, pod, c)
-	return cid, pod, err
-}
-
 // The shim judges the whole container spec: a privileged pod, host namespaces and groups
 // that own host devices are refused; an unconfined seccomp filter and missing masked paths
 // are closed, proven from inside the container and against the stock runc handler.
@@ -56,7 +34,7 @@ func TestShimConfinesTheWholeSpec(t *testing.T) {
 	d := newDataPath(t)
 
 	t.Run("privileged pod is refused", func(t *testing.T) {
-		_, _, err := d.startWithSandbox(t, &runtimeapi.LinuxSandboxSecurityContext{Privileged: true}, func(c *runtimeapi.ContainerConfig) {
+		_, _, err := d.startIn(t, nil, &runtimeapi.LinuxSandboxSecurityContext{Privileged: true}, func(c *runtimeapi.ContainerConfig) {
 			c.Linux.SecurityContext.Privileged = true
 		})
 		expectReason(t, err, vocab.ReasonPrivilegeNotSupported)
@@ -75,7 +53,7 @@ func TestShimConfinesTheWholeSpec(t *testing.T) {
 		{"hostIPC", &runtimeapi.NamespaceOption{Ipc: runtimeapi.NamespaceMode_NODE}, "hostIPC"},
 	} {
 		t.Run(tc.name+" is refused", func(t *testing.T) {
-			_, _, err := d.startWithSandbox(t, &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: tc.ns}, func(c *runtimeapi.ContainerConfig) {
+			_, _, err := d.startIn(t, nil, &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: tc.ns}, func(c *runtimeapi.ContainerConfig) {
 				c.Linux.SecurityContext.NamespaceOptions = tc.ns
 			})
 			expectReason(t, err, vocab.ReasonPrivilegeNotSupported)
@@ -87,7 +65,7 @@ func TestShimConfinesTheWholeSpec(t *testing.T) {
 
 	t.Run("a supplementary group that owns a host device is refused", func(t *testing.T) {
 		gid, dev := hostDeviceGroup(t, d.n)
-		_, _, err := d.startWithSandbox(t, nil, func(c *runtimeapi.ContainerConfig) {
+		_, _, err := d.startIn(t, nil, nil, func(c *runtimeapi.ContainerConfig) {
 			c.Linux.SecurityContext.SupplementalGroups = []int64{int64(gid)}
 		})
 		expectReason(t, err, vocab.ReasonPrivilegeNotSupported)
@@ -105,7 +83,7 @@ func TestShimConfinesTheWholeSpec(t *testing.T) {
 			c.Linux.SecurityContext.MaskedPaths = nil
 			c.Linux.SecurityContext.ReadonlyPaths = nil
 		}
-		cid, pod, err := d.startWithSandbox(t, nil, unconfined)
+		cid, pod, err := d.startIn(t, nil, nil, unconfined)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +104,7 @@ func TestShimConfinesTheWholeSpec(t *testing.T) {
 	})
 
 	t.Run("a crashed shim's lease and exec state are released by its delete", func(t *testing.T) {
-		cid, pod, err := d.startWithSandbox(t, nil, func(c *runtimeapi.ContainerConfig) {
+		cid, pod, err := d.startIn(t, nil, nil, func(c *runtimeapi.ContainerConfig) {
 			c.Command = []string{"python", "-c", "import time; time.sleep(3600)"}
 		})
 		if err != nil {

@@ -97,11 +97,18 @@ func (d *dataPath) authorize(t *testing.T, revoked bool, valid time.Duration) {
 // start creates and starts a container of the app in a new brewlet pod.
 func (d *dataPath) start(t *testing.T, ann map[string]string, mutate func(*runtimeapi.ContainerConfig)) (string, *runtimeapi.PodSandboxConfig, error) {
 	t.Helper()
+	return d.startIn(t, ann, nil, mutate)
+}
+
+// startIn is start with the pod sandbox's security context (host namespaces, privileged).
+func (d *dataPath) startIn(t *testing.T, ann map[string]string, sandbox *runtimeapi.LinuxSandboxSecurityContext, mutate func(*runtimeapi.ContainerConfig)) (string, *runtimeapi.PodSandboxConfig, error) {
+	t.Helper()
 	d.podIdx++
 	if ann == nil {
 		ann = map[string]string{vocab.AnnotationRuntimeImage: pyID}
 	}
-	pod := d.n.PodConfig("app-"+string(rune('a'+d.podIdx)), ann)
+	pod := d.n.PodConfig(fmt.Sprintf("app-%d", d.podIdx), ann)
+	pod.Linux.SecurityContext = sandbox
 	ctx := context.Background()
 	podID, err := d.n.RunPod(ctx, pod, vocab.RuntimeClassName)
 	if err != nil {

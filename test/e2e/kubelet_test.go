@@ -1,14 +1,10 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -252,63 +248,13 @@ const kubeletHelperEnv = "BREWLET_E2E_HELPER_KUBELET_HANG"
 func TestKubeletSweptAfterKill(t *testing.T) {
 	framework.RequireRoot(t)
 	framework.Tool(t, "kubelet")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestKubeletHelperThenHang$", "-test.v", "-test.timeout=10m")
-	cmd.Env = append(os.Environ(), kubeletHelperEnv+"=1")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var f []string
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		if f = strings.Fields(sc.Text()); len(f) == 5 && f[0] == "HELPER-READY" {
-			break
-		}
-	}
-	if len(f) != 5 {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatal("helper never reported a running kubelet pod")
-	}
-	dir, cpDir, bridge, cgroup := f[1], f[2], f[3], f[4]
+	f, kill := startHelper(t, "TestKubeletHelperThenHang", kubeletHelperEnv, 4)
+	dir, cpDir, bridge, cgroup := f[0], f[1], f[2], f[3]
 	if mi, _ := os.ReadFile("/proc/self/mountinfo"); !strings.Contains(string(mi), dir+"/kubelet/pods/") {
 		t.Errorf("the kubelet's volume mounts are not visible on the host (no mount below %s/kubelet/pods)", dir)
 	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		errs := framework.Sweep()
-		_, e1 := os.Stat(dir)
-		_, e2 := os.Stat(cpDir)
-		if os.IsNotExist(e1) && os.IsNotExist(e2) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sweep did not remove %s and %s: %v", dir, cpDir, errs)
-		}
-		time.Sleep(time.Second)
-	}
-	for _, d := range []string{dir, cpDir} {
-		if processReferences(d) {
-			t.Errorf("a process still references %s after the sweep", d)
-		}
-	}
-	if _, err := os.Stat("/sys/class/net/" + bridge); !os.IsNotExist(err) {
-		t.Errorf("bridge %s left", bridge)
-	}
-	if left, _ := filepath.Glob("/sys/fs/cgroup/*/" + cgroup); len(left) > 0 {
-		t.Errorf("cgroups left: %v", left)
-	}
-	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), dir) {
-		t.Errorf("mounts left under %s", dir)
-	}
+	kill()
+	sweepLeavesNothing(t, 60*time.Second, bridge, cgroup, dir, cpDir)
 }
 
 // TestKubeletHelperThenHang runs only as the child of the test above.

@@ -48,31 +48,8 @@ func TestProvisionerWritesAreNodeScoped(t *testing.T) {
 	must(c.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: sa},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: sa},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}}}))
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-n1", Namespace: ns}, Spec: corev1.PodSpec{
-		NodeName: "n1", ServiceAccountName: sa, Containers: []corev1.Container{{Name: "agent", Image: "registry.invalid/agent@" + goodDigest}}}}
-	must(c.Create(ctx, pod))
-
-	// The token the kubelet would mount into the agent's pod on n1.
-	cs, err := kubernetes.NewForConfig(cp.Config)
-	must(err)
-	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
-		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}}}, metav1.CreateOptions{})
-	must(err)
-	agent, err := client.New(cp.UserConfig(tr.Status.Token), client.Options{Scheme: cp.Scheme})
-	must(err)
-
-	// Policies take effect asynchronously: retry the first denial.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := writeStatus(ctx, agent, "n2")
-		if err != nil && strings.Contains(err.Error(), "agents write only their own node") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("write to another node's NodeRuntime not denied: %v", err)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+	agent := nodeBoundClient(t, cp, ns, sa, "n1")
+	waitNodeScopeDenies(t, agent, "n2")
 	if err := writeStatus(ctx, agent, "n1"); err != nil {
 		t.Fatalf("agent could not write its own NodeRuntime status: %v", err)
 	}
@@ -82,11 +59,7 @@ func TestProvisionerWritesAreNodeScoped(t *testing.T) {
 	expectDenied(t, labelNode(ctx, agent, "n2", "brewlet.sh/runtime", "ready"), "agents write only their own node")
 	expectDenied(t, labelNode(ctx, agent, "n1", "pool", "gpu"), "only brewlet.sh/* labels")
 	// An unbound token of the same service account has no node claim.
-	plain, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	must(err)
-	unbound, err := client.New(cp.UserConfig(plain.Status.Token), client.Options{Scheme: cp.Scheme})
-	must(err)
-	expectDenied(t, writeStatus(ctx, unbound, "n1"), "no node claim")
+	expectDenied(t, writeStatus(ctx, saClient(t, cp, ns, sa, nil), "n1"), "no node claim")
 }
 
 func writeStatus(ctx context.Context, c client.Client, node string) error {
@@ -107,4 +80,57 @@ func labelNode(ctx context.Context, c client.Client, node, key, value string) er
 	patch := client.MergeFrom(n.DeepCopy())
 	n.Labels[key] = value
 	return c.Patch(ctx, n, patch)
+}
+
+// nodeBoundClient is a client with the token the kubelet mounts into a pod of service
+// account ns/sa running on node: bound to that pod, so it carries the node claim.
+func nodeBoundClient(t *testing.T, cp *framework.ControlPlane, ns, sa, node string) client.Client {
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + node, Namespace: ns}, Spec: corev1.PodSpec{
+		NodeName: node, ServiceAccountName: sa, Containers: []corev1.Container{{Name: "agent", Image: "registry.invalid/agent@" + goodDigest}}}}
+	if err := cp.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	return saClient(t, cp, ns, sa, pod)
+}
+
+// saClient is a client with a token of service account ns/sa, bound to pod when it is not
+// nil (as the kubelet mounts it), unbound otherwise.
+func saClient(t *testing.T, cp *framework.ControlPlane, ns, sa string, pod *corev1.Pod) client.Client {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &authenticationv1.TokenRequest{}
+	if pod != nil {
+		req.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa, req, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cp.UserConfig(tr.Status.Token), client.Options{Scheme: cp.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// waitNodeScopeDenies waits until the node-scope policy, which takes effect asynchronously,
+// refuses the agent's write to another node's NodeRuntime.
+func waitNodeScopeDenies(t *testing.T, agent client.Client, other string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := writeStatus(context.Background(), agent, other)
+		if err != nil && strings.Contains(err.Error(), "agents write only their own node") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("write to another node's NodeRuntime not denied: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 }

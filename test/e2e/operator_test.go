@@ -279,20 +279,8 @@ func testGenerationsUnderRestarts(t *testing.T, cp *framework.ControlPlane) {
 	// Three editors rotate the image while the operator is stopped and replaced twice;
 	// some edits land while no operator runs at all.
 	const editors, editsEach = 3, 20
-	var wg sync.WaitGroup
 	var edited atomic.Int64
-	for e := 0; e < editors; e++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < editsEach; i++ {
-				d := digestN(1000*(e+1) + i)
-				updateRI(t, c, name, func(ri *brewletv1.RuntimeImage) { ri.Spec.Source.Image = "127.0.0.1:5000/runtimes/python@" + d })
-				edited.Add(1)
-				time.Sleep(time.Duration(60+20*e) * time.Millisecond)
-			}
-		}()
-	}
+	wg := startEditors(t, c, name, "127.0.0.1:5000/runtimes/python", editors, editsEach, 60*time.Millisecond, &edited)
 	var atRestart []int64
 	for r := 0; r < 2; r++ {
 		time.Sleep(500 * time.Millisecond)
@@ -474,18 +462,7 @@ func testSplitBrain(t *testing.T, cp *framework.ControlPlane) {
 		return caughtUp(ri) && ri.Status.Generation == 1, fmt.Sprintf("%+v", ri.Status)
 	})
 	const editors, editsEach = 3, 15
-	var wg sync.WaitGroup
-	for e := 0; e < editors; e++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < editsEach; i++ {
-				d := digestN(1000*(e+1) + i)
-				updateRI(t, c, name, func(ri *brewletv1.RuntimeImage) { ri.Spec.Source.Image = "127.0.0.1:5000/runtimes/ruby@" + d })
-				time.Sleep(time.Duration(30+10*e) * time.Millisecond)
-			}
-		}()
-	}
+	wg := startEditors(t, c, name, "127.0.0.1:5000/runtimes/ruby", editors, editsEach, 30*time.Millisecond, nil)
 	wg.Wait()
 	eventually(t, 60*time.Second, "status caught up with the last edit", func() (bool, string) {
 		ri := getRI(t, c, name)
@@ -495,4 +472,25 @@ func testSplitBrain(t *testing.T, cp *framework.ControlPlane) {
 	t.Logf("two replicas, %d edits, %d generations observed", editors*editsEach, len(seq))
 	a.stop()
 	b.stop()
+}
+
+// startEditors rotates a RuntimeImage's digest from several goroutines at once, editor e
+// pausing pause*(1+e/3) between edits, counting edits into edited when it is not nil.
+func startEditors(t *testing.T, c client.Client, name, repo string, editors, each int, pause time.Duration, edited *atomic.Int64) *sync.WaitGroup {
+	wg := &sync.WaitGroup{}
+	for e := 0; e < editors; e++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				d := digestN(1000*(e+1) + i)
+				updateRI(t, c, name, func(ri *brewletv1.RuntimeImage) { ri.Spec.Source.Image = repo + "@" + d })
+				if edited != nil {
+					edited.Add(1)
+				}
+				time.Sleep(pause + pause*time.Duration(e)/3)
+			}
+		}()
+	}
+	return wg
 }

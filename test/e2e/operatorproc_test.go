@@ -69,7 +69,7 @@ func startOperatorProcess(t *testing.T, cp *framework.ControlPlane, token, ns st
 	}
 	op.Process = p
 	if err := p.WaitReady(90*time.Second, func(ctx context.Context) error {
-		return httpGetOK(ctx, http.DefaultClient, "http://"+op.ProbeAddr+"/readyz")
+		return framework.HTTPOK(ctx, http.DefaultClient, "http://"+op.ProbeAddr+"/readyz")
 	}); err != nil {
 		p.Stop(10 * time.Second)
 		t.Fatal(err)
@@ -108,20 +108,4 @@ func (op *operatorProcess) webhookServes(caPEM []byte, host string) error {
 		return err
 	}
 	return conn.Close()
-}
-
-func httpGetOK(ctx context.Context, c *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,60 +23,89 @@ const helperEnv = "BREWLET_E2E_HELPER_HANG"
 func TestSweepRemovesWhatAKilledTestLeft(t *testing.T) {
 	framework.RequireRoot(t)
 	framework.Tool(t, "containerd")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperNodeThenHang$", "-test.v", "-test.timeout=10m")
-	cmd.Env = append(os.Environ(), helperEnv+"=1")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var dir, bridge, cgroup string
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 4 && f[0] == "HELPER-READY" {
-			dir, bridge, cgroup = f[1], f[2], f[3]
-			break
-		}
-	}
-	if dir == "" {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatal("helper never reported a running node")
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
-
+	f, kill := startHelper(t, "TestHelperNodeThenHang", helperEnv, 3)
+	dir, bridge, cgroup := f[0], f[1], f[2]
+	kill()
 	// The shim outlives its test binary by design; that is what the sweep is for.
 	if !processReferences(dir) {
 		t.Log("note: no process referenced the instance after the kill")
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	sweepLeavesNothing(t, 30*time.Second, bridge, cgroup, dir)
+}
+
+// startHelper runs one test of this binary as a child with env set, waits for its line
+// "HELPER-READY <n fields>", and returns the fields and a kill that ends the child with
+// SIGKILL, as a CI timeout would (also done at cleanup).
+func startHelper(t *testing.T, test, env string, n int) ([]string, func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+test+"$", "-test.v", "-test.timeout=10m")
+	cmd.Env = append(os.Environ(), env+"=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	var once sync.Once
+	kill := func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			_ = cmd.Wait()
+			cancel()
+		})
+	}
+	t.Cleanup(kill)
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == n+1 && f[0] == "HELPER-READY" {
+			return f[1:], kill
+		}
+	}
+	kill()
+	t.Fatalf("helper %s never reported ready", test)
+	return nil, nil
+}
+
+// sweepLeavesNothing sweeps until every dir is gone (within timeout) and checks that no
+// process, bridge, cgroup or mount of the killed instance is left.
+func sweepLeavesNothing(t *testing.T, timeout time.Duration, bridge, cgroup string, dirs ...string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	for {
 		errs := framework.Sweep()
-		if _, err := os.Stat(dir); os.IsNotExist(err) {
+		gone := true
+		for _, d := range dirs {
+			if _, err := os.Stat(d); !os.IsNotExist(err) {
+				gone = false
+			}
+		}
+		if gone {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sweep did not remove %s: %v", dir, errs)
+			t.Fatalf("sweep did not remove %v: %v", dirs, errs)
 		}
 		time.Sleep(time.Second)
 	}
-	if processReferences(dir) {
-		t.Errorf("a process still references %s after the sweep", dir)
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, d := range dirs {
+		if processReferences(d) {
+			t.Errorf("a process still references %s after the sweep", d)
+		}
+		if strings.Contains(string(mi), d) {
+			t.Errorf("mounts left under %s", d)
+		}
 	}
 	if _, err := os.Stat("/sys/class/net/" + bridge); !os.IsNotExist(err) {
 		t.Errorf("bridge %s left", bridge)
 	}
 	if left, _ := filepath.Glob("/sys/fs/cgroup/*/" + cgroup); len(left) > 0 {
 		t.Errorf("cgroups left: %v", left)
-	}
-	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), dir) {
-		t.Errorf("mounts left under %s", dir)
 	}
 }
 

@@ -114,7 +114,7 @@ func (cp *ControlPlane) startEtcd(t testing.TB, bin string) error {
 	}
 	cp.Etcd, cp.etcdURL = p, url(client)
 	return p.WaitReady(60*time.Second, func(ctx context.Context) error {
-		return httpOK(ctx, http.DefaultClient, url(client)+"/health")
+		return HTTPOK(ctx, http.DefaultClient, url(client)+"/health")
 	})
 }
 
@@ -156,7 +156,7 @@ func (cp *ControlPlane) startAPIServer(t testing.TB, bin string) error {
 		return err
 	}
 	if err := p.WaitReady(180*time.Second, func(ctx context.Context) error {
-		return httpOK(ctx, hc, cp.Config.Host+"/readyz")
+		return HTTPOK(ctx, hc, cp.Config.Host+"/readyz")
 	}); err != nil {
 		return err
 	}
@@ -207,7 +207,7 @@ func (cp *ControlPlane) startControllerManager(t testing.TB) error {
 		return err
 	}
 	return p.WaitReady(60*time.Second, func(ctx context.Context) error {
-		return httpOK(ctx, insecureClient, fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
+		return HTTPOK(ctx, insecureClient, fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
 	})
 }
 
@@ -221,7 +221,7 @@ func (cp *ControlPlane) startScheduler(t testing.TB) error {
 		return err
 	}
 	return p.WaitReady(60*time.Second, func(ctx context.Context) error {
-		return httpOK(ctx, insecureClient, fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
+		return HTTPOK(ctx, insecureClient, fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
 	})
 }
 
@@ -253,7 +253,8 @@ var insecureClient = &http.Client{Transport: &http.Transport{
 	TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback health probes of our own components
 }}
 
-func httpOK(ctx context.Context, c *http.Client, url string) error {
+// HTTPOK GETs url and fails unless the answer is 200 OK.
+func HTTPOK(ctx context.Context, c *http.Client, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err

@@ -328,7 +328,7 @@ func (k *KubeletNode) start(t testing.TB, cp *ControlPlane, bin string, labels m
 	// Stop the kubelet before the node removes its pods, or it would start them again.
 	k.OnCleanup(func() { p.Stop(20 * time.Second) })
 	return p.WaitReady(90*time.Second, func(ctx context.Context) error {
-		return httpOK(ctx, http.DefaultClient, "http://127.0.0.1:"+strconv.Itoa(k.HealthzPort)+"/healthz")
+		return HTTPOK(ctx, http.DefaultClient, "http://127.0.0.1:"+strconv.Itoa(k.HealthzPort)+"/healthz")
 	})
 }
 

@@ -27,7 +27,7 @@ func (cp *ControlPlane) startKwok(t testing.TB, nodes int) error {
 		return err
 	}
 	if err := p.WaitReady(60*time.Second, func(ctx context.Context) error {
-		return httpOK(ctx, insecureClient, fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
+		return HTTPOK(ctx, insecureClient, fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
 	}); err != nil {
 		return err
 	}
