@@ -42,6 +42,12 @@ type runningOperator struct {
 // reconciles at once, beside any other replica (a split brain).
 func startOperator(t *testing.T, cp *framework.ControlPlane, leaderElection bool) *runningOperator {
 	t.Helper()
+	return startOperatorWith(t, cp, func(o *operator.Options) { o.LeaderElection = leaderElection })
+}
+
+// startOperatorWith is startOperator with the test's own changes to the options.
+func startOperatorWith(t *testing.T, cp *framework.ControlPlane, edit func(*operator.Options)) *runningOperator {
+	t.Helper()
 	lvl := slog.LevelError
 	if os.Getenv("BREWLET_OPERATOR_LOG") != "" {
 		lvl = slog.LevelDebug
@@ -54,17 +60,18 @@ func startOperator(t *testing.T, cp *framework.ControlPlane, leaderElection bool
 		metrics: fmt.Sprintf("127.0.0.1:%d", framework.FreePort(t)),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	mgr, err := operator.New(ctx, cp.Config, operator.Options{
+	opts := operator.Options{
 		MetricsAddress:          ro.metrics,
 		ProbeAddress:            ro.probe,
-		LeaderElection:          leaderElection,
 		LeaderElectionNamespace: "kube-system",
 		LeaseDuration:           4 * time.Second,
 		RenewDeadline:           3 * time.Second,
 		RetryPeriod:             500 * time.Millisecond,
 		Logger:                  logger,
 		SkipNameValidation:      true,
-	})
+	}
+	edit(&opts)
+	mgr, err := operator.New(ctx, cp.Config, opts)
 	if err != nil {
 		cancel()
 		t.Fatalf("operator.New: %v", err)

@@ -6,15 +6,12 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"fmt"
-	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
@@ -25,7 +22,6 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/admission"
@@ -61,41 +57,16 @@ func (w *warnings) take() []string {
 // serving certificate and the CA rotate several times while the test runs.
 func admissionOperator(t *testing.T, cp *framework.ControlPlane) (port int, metricsAddr string) {
 	t.Helper()
-	lvl := slog.LevelError
-	if os.Getenv("BREWLET_OPERATOR_LOG") != "" {
-		lvl = slog.LevelDebug
-	}
-	logger := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-	setLoggerOnce.Do(func() { ctrllog.SetLogger(logger) })
 	port = framework.FreePort(t)
-	metricsAddr = fmt.Sprintf("127.0.0.1:%d", framework.FreePort(t))
-	ctx, cancel := context.WithCancel(context.Background())
-	mgr, err := operator.New(ctx, cp.Config, operator.Options{
-		MetricsAddress: metricsAddr, ProbeAddress: "0", Logger: logger, SkipNameValidation: true,
-		Admission: admission.Options{
+	ro := startOperatorWith(t, cp, func(o *operator.Options) {
+		o.ProbeAddress = "0"
+		o.Admission = admission.Options{
 			Host: "127.0.0.1", Port: port, CertDir: t.TempDir(), Namespace: "brewlet-system",
 			Hosts:      []string{"127.0.0.1"},
 			CAValidity: 45 * time.Second, CertValidity: 12 * time.Second, ResyncInterval: 300 * time.Millisecond,
-		},
-	})
-	if err != nil {
-		cancel()
-		t.Fatalf("operator.New: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("operator stopped with %v", err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Errorf("operator did not stop within 60s")
 		}
 	})
-	return port, metricsAddr
+	return port, ro.metrics
 }
 
 // admissionRequests is the operator's count of admission requests it judged.
