@@ -9,7 +9,7 @@ GO_TEST_FLAGS ?=
 # Fuzz targets: package:target pairs run for FUZZTIME each in `make fuzz`.
 FUZZTIME ?= 15s
 
-.PHONY: all build tools generate verify-generated lint test test-unit test-e2e fuzz demo images runtimes bench clean
+.PHONY: all build tools generate verify-generated lint test test-unit test-e2e fuzz demo down images runtimes bench clean
 
 all: build
 
@@ -58,11 +58,16 @@ test-e2e: build
 ## test: everything CI runs, from a fresh machine: tools, generated files, lint, all tiers
 test: tools verify-generated lint test-unit test-e2e
 
-## demo: the main job: on a real node (containerd, runc, registry, CNI) install the CPython
-## runtime built from Debian packages, push a Python app holding only /app, and run it
-## through the brewlet shim. (A local cluster with the operator replaces this later.)
+## demo: the main job: a real one-node cluster (etcd, kube-apiserver, controller-manager,
+## scheduler, containerd + runc, registry, kubelet), the chart installed with helm, the CPython
+## runtime approved, a web app holding only /app deployed and answering through its Service,
+## then the runtime rotated to generation 2. The cluster stays up; a second run reuses it.
 demo: tools
-	go test -count=1 -v -run 'TestDataPathRunsAppOnRuntime$$' ./test/e2e/
+	go run ./hack/demo up
+
+## down: remove everything `make demo` started
+down:
+	go run ./hack/demo down
 
 ## images: build the operator and provisioner images (linux/amd64 and linux/arm64, no
 ## container engine) and push them to REGISTRY; prints one "name repo@sha256:..." line each

@@ -214,6 +214,19 @@ func chartNoArg(t *testing.T, c corev1.Container, flag string) {
 	}
 }
 
+// chartEnv returns the value of the container's env var name (present or not).
+func chartEnv(c corev1.Container, name string) (string, bool) {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value, true
+		}
+	}
+	return "", false
+}
+
+// chartAPIServerEnv is the API server endpoint the apiServer values give both containers.
+var chartAPIServerEnv = []string{"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"}
+
 // chartRule returns the verbs a role grants on group/resource (optionally only with names).
 func chartRule(rules []rbacv1.PolicyRule, group, resource string) (verbs, names []string) {
 	for _, r := range rules {
@@ -366,8 +379,13 @@ func chartCheckCommonWith(t *testing.T, rc chartObjects, ns, leaseName string, r
 		t.Fatalf("provisioner containers: %d", len(dps.Containers))
 	}
 	pc := dps.Containers[0]
-	if dps.ServiceAccountName != "brewlet-provisioner" || dps.HostNetwork || dps.HostIPC {
-		t.Errorf("provisioner pod: sa %q hostNetwork %v hostIPC %v", dps.ServiceAccountName, dps.HostNetwork, dps.HostIPC)
+	if dps.ServiceAccountName != "brewlet-provisioner" || dps.HostIPC {
+		t.Errorf("provisioner pod: sa %q hostIPC %v", dps.ServiceAccountName, dps.HostIPC)
+	}
+	// The host network (provisioner.hostNetwork, off by default) always with the DNS policy
+	// that keeps cluster names resolving.
+	if dps.HostNetwork != (dps.DNSPolicy == corev1.DNSClusterFirstWithHostNet) {
+		t.Errorf("provisioner pod: hostNetwork %v with dnsPolicy %q", dps.HostNetwork, dps.DNSPolicy)
 	}
 	// hostPID exactly because the mount table is read from the host's PID 1.
 	mi, _ := chartArg(pc, "--mountinfo")
@@ -512,6 +530,42 @@ func TestChartTemplate(t *testing.T) {
 		for _, f := range []string{"--registry-mirror", "--insecure-registries", "--host-prefix"} {
 			chartNoArg(t, pc, f)
 		}
+		// The API server address the kubelet injects, and the pod network.
+		for _, c := range []corev1.Container{oc, pc} {
+			for _, name := range chartAPIServerEnv {
+				if v, ok := chartEnv(c, name); ok {
+					t.Errorf("container %s: %s=%q without apiServer.host", c.Name, name, v)
+				}
+			}
+		}
+		if dps := ds.Spec.Template.Spec; dps.HostNetwork || dps.DNSPolicy != "" {
+			t.Errorf("provisioner pod: hostNetwork %v dnsPolicy %q by default", dps.HostNetwork, dps.DNSPolicy)
+		}
+	})
+
+	t.Run("apiServer endpoint", func(t *testing.T) {
+		rc := chartMustRender(t, chartNS, with("--set", "apiServer.host=192.0.2.10", "--set", "apiServer.port=6443")...)
+		dep, ds := chartCheckCommon(t, rc, chartNS)
+		want := map[string]string{"KUBERNETES_SERVICE_HOST": "192.0.2.10", "KUBERNETES_SERVICE_PORT": "6443"}
+		for _, c := range []corev1.Container{dep.Spec.Template.Spec.Containers[0], ds.Spec.Template.Spec.Containers[0]} {
+			for _, name := range chartAPIServerEnv {
+				if v, ok := chartEnv(c, name); !ok || v != want[name] {
+					t.Errorf("container %s: %s=%q (present %v), want %q", c.Name, name, v, ok, want[name])
+				}
+			}
+		}
+	})
+
+	t.Run("provisioner hostNetwork", func(t *testing.T) {
+		rc := chartMustRender(t, chartNS, with("--set", "provisioner.hostNetwork=true")...)
+		dep, ds := chartCheckCommon(t, rc, chartNS)
+		if dps := ds.Spec.Template.Spec; !dps.HostNetwork || dps.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+			t.Errorf("provisioner pod: hostNetwork %v dnsPolicy %q, want true and %s", dps.HostNetwork, dps.DNSPolicy,
+				corev1.DNSClusterFirstWithHostNet)
+		}
+		if ps := dep.Spec.Template.Spec; ps.HostNetwork || ps.DNSPolicy != "" {
+			t.Errorf("operator pod: hostNetwork %v dnsPolicy %q with provisioner.hostNetwork", ps.HostNetwork, ps.DNSPolicy)
+		}
 	})
 
 	t.Run("metrics enabled", func(t *testing.T) {
@@ -598,6 +652,19 @@ func TestChartTemplate(t *testing.T) {
 		}
 	})
 
+	t.Run("containerd socket next to its config: one mount", func(t *testing.T) {
+		rc := chartMustRender(t, "other-ns", with("--set", "provisioner.containerd.config=/var/lib/node/containerd/config.toml",
+			"--set", "provisioner.containerd.socket=/var/lib/node/containerd/containerd.sock")...)
+		_, ds := chartCheckCommon(t, rc, "other-ns")
+		seen := map[string]int{}
+		for _, m := range ds.Spec.Template.Spec.Containers[0].VolumeMounts {
+			seen[m.MountPath]++
+		}
+		if seen["/var/lib/node/containerd"] != 1 {
+			t.Errorf("mounts of the shared containerd directory: %d, want 1 (mount paths must be unique)", seen["/var/lib/node/containerd"])
+		}
+	})
+
 	t.Run("node settings", func(t *testing.T) {
 		rc := chartMustRender(t, "other-ns", with(
 			"--set", "provisioner.hostPrefix=/srv/test", "--set", "provisioner.gc.grace=10m", "--set", "provisioner.authorizationTTL=90s",
@@ -630,12 +697,7 @@ func TestChartTemplate(t *testing.T) {
 		if !reflect.DeepEqual(hp, want) {
 			t.Errorf("host paths %v, want %v", hp, want)
 		}
-		var dockerConfig string
-		for _, e := range pc.Env {
-			if e.Name == "DOCKER_CONFIG" {
-				dockerConfig = e.Value
-			}
-		}
+		dockerConfig, _ := chartEnv(pc, "DOCKER_CONFIG")
 		var secretVol *corev1.SecretVolumeSource
 		for _, v := range ds.Spec.Template.Spec.Volumes {
 			if v.Secret != nil {
@@ -717,6 +779,9 @@ func TestChartTemplate(t *testing.T) {
 			{with("--set", "operator.image.digest=sha256:abc"), "/operator/image/digest'"},
 			{with("--set", "metrics.enabled=yes"), "/metrics/enabled'"},
 			{with("--set", "provisioner.gc.grace=1 hour"), "/provisioner/gc/grace'"},
+			{with("--set", "apiServer.host=https://x"), "/apiServer/host'"},
+			{with("--set", "apiServer.host=192.0.2.10:6443"), "/apiServer/host'"},
+			{with("--set", "apiServer.port=0"), "/apiServer/port'"},
 			{[]string{"--set-json", `provisioner.pools=[{"key":"pool","values":[]}]`}, "values"},
 			{[]string{"--set-json", `provisioner.pools=[{"key":"pool","names":["a"]}]`}, "names"},
 		} {
@@ -842,7 +907,7 @@ func TestChartOnAPIServer(t *testing.T) {
 		t.Errorf("agent creating a Lease outside its namespace: %v, want forbidden", err)
 	}
 	// A token of the same service account without the pod binding has no node claim.
-	expectDenied(t, writeStatus(ctx, saClient(t, cp, ns, sa, nil), "n1"), "no node claim")
+	expectDenied(t, writeStatus(ctx, saClient(t, cp.Config, ns, sa, nil), "n1"), "no node claim")
 
 	t.Run("operator runs under the chart's RBAC", func(t *testing.T) { chartOperatorUnderRBAC(t, cp) })
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 
 	"brewlet.sh/brewlet/internal/artifact"
 	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/firsthour"
 	"brewlet.sh/brewlet/test/framework"
 )
 
@@ -24,10 +26,8 @@ import (
 func buildCLI(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "brewlet")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/brewlet")
-	cmd.Dir = framework.RepoRoot(t)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build brewlet: %v\n%s", err, out)
+	if err := firsthour.BuildCLI(context.Background(), framework.RepoRoot(t), bin); err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/base64"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,25 +16,16 @@ import (
 	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/provisioner"
 	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/firsthour"
 	"brewlet.sh/brewlet/test/framework"
 )
 
 // buildRuntimes runs hack/runtimes.sh against a registry and returns NAME -> REF@digest.
 func buildRuntimes(t *testing.T, registry, which string) map[string]string {
 	t.Helper()
-	cmd := exec.Command("hack/runtimes.sh", registry, which)
-	cmd.Dir = framework.RepoRoot(t)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
+	refs, err := firsthour.BuildRuntimes(context.Background(), framework.RepoRoot(t), registry, which, os.Stderr)
 	if err != nil {
-		t.Fatalf("hack/runtimes.sh: %v\n%s", err, out)
-	}
-	refs := map[string]string{}
-	sc := bufio.NewScanner(strings.NewReader(string(out)))
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok && strings.Contains(v, "@sha256:") {
-			refs[k] = v
-		}
+		t.Fatal(err)
 	}
 	return refs
 }

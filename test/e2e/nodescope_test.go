@@ -12,6 +12,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
@@ -59,7 +60,7 @@ func TestProvisionerWritesAreNodeScoped(t *testing.T) {
 	expectDenied(t, labelNode(ctx, agent, "n2", "brewlet.sh/runtime", "ready"), "agents write only their own node")
 	expectDenied(t, labelNode(ctx, agent, "n1", "pool", "gpu"), "only brewlet.sh/* labels")
 	// An unbound token of the same service account has no node claim.
-	expectDenied(t, writeStatus(ctx, saClient(t, cp, ns, sa, nil), "n1"), "no node claim")
+	expectDenied(t, writeStatus(ctx, saClient(t, cp.Config, ns, sa, nil), "n1"), "no node claim")
 }
 
 func writeStatus(ctx context.Context, c client.Client, node string) error {
@@ -92,14 +93,14 @@ func nodeBoundClient(t *testing.T, cp *framework.ControlPlane, ns, sa, node stri
 	if err := cp.Client.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	return saClient(t, cp, ns, sa, pod)
+	return saClient(t, cp.Config, ns, sa, pod)
 }
 
 // saClient is a client with a token of service account ns/sa, bound to pod when it is not
 // nil (as the kubelet mounts it), unbound otherwise.
-func saClient(t *testing.T, cp *framework.ControlPlane, ns, sa string, pod *corev1.Pod) client.Client {
+func saClient(t *testing.T, admin *rest.Config, ns, sa string, pod *corev1.Pod) client.Client {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(cp.Config)
+	cs, err := kubernetes.NewForConfig(admin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,9 @@ func saClient(t *testing.T, cp *framework.ControlPlane, ns, sa string, pod *core
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(cp.UserConfig(tr.Status.Token), client.Options{Scheme: cp.Scheme})
+	user := rest.AnonymousClientConfig(admin)
+	user.BearerToken = tr.Status.Token
+	c, err := client.New(user, client.Options{Scheme: framework.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,12 +5,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"testing"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -33,6 +33,11 @@ type ControlPlaneOptions struct {
 	KwokNodes         int  // fake nodes created at start (kwok-node-0...)
 	// SkipCRDs leaves Brewlet's CRDs out.
 	SkipCRDs bool
+	// Address serves the API server on this host address instead of loopback: a kubelet
+	// node's Gateway, which its pods reach (the LAN does not). Webhook calls then go to a
+	// Service's endpoints (pod IPs) rather than its cluster IP (there is no kube-proxy), and
+	// anonymous requests are refused.
+	Address string
 }
 
 // ControlPlane is a real etcd + kube-apiserver (and optional components) on loopback.
@@ -44,9 +49,12 @@ type ControlPlane struct {
 	Kubeconfig string
 	APIServer  *Process
 	Etcd       *Process
-	pki        *pki
-	port       int
-	etcdURL    string
+	// Address is where the API server listens: 127.0.0.1 unless the options name one.
+	Address string
+	Port    int
+	pki     *pki
+	etcdURL string
+	opts    ControlPlaneOptions
 }
 
 // Scheme returns a scheme with Kubernetes' built-in types, CRDs and Brewlet's API.
@@ -60,13 +68,18 @@ func Scheme() *runtime.Scheme {
 
 // StartControlPlane starts the components and installs Brewlet's generated CRDs. It is
 // removed when the test ends.
-func StartControlPlane(t testing.TB, opts ControlPlaneOptions) *ControlPlane {
+func StartControlPlane(t TB, opts ControlPlaneOptions) *ControlPlane {
 	t.Helper()
 	etcdBin, apiBin := Tool(t, "etcd"), Tool(t, "kube-apiserver")
 	in := NewInstance(t, "cp")
-	cp := &ControlPlane{Instance: in, Scheme: Scheme()}
+	cp := &ControlPlane{Instance: in, Scheme: Scheme(), Address: "127.0.0.1", opts: opts}
+	var extra []net.IP
+	if opts.Address != "" {
+		cp.Address = opts.Address
+		extra = append(extra, net.ParseIP(opts.Address))
+	}
 	var err error
-	if cp.pki, err = newPKI(filepath.Join(in.Dir, "pki")); err != nil {
+	if cp.pki, err = newPKI(filepath.Join(in.Dir, "pki"), extra...); err != nil {
 		t.Fatalf("control plane certificates: %v", err)
 	}
 	if err := cp.startEtcd(t, etcdBin); err != nil {
@@ -102,7 +115,7 @@ func StartControlPlane(t testing.TB, opts ControlPlaneOptions) *ControlPlane {
 	return cp
 }
 
-func (cp *ControlPlane) startEtcd(t testing.TB, bin string) error {
+func (cp *ControlPlane) startEtcd(t TB, bin string) error {
 	client, peer := FreePort(t), FreePort(t)
 	url := func(p int) string { return "http://127.0.0.1:" + strconv.Itoa(p) }
 	p, err := cp.Start("etcd", nil, bin, "--name=e2e", "--data-dir="+filepath.Join(cp.Dir, "etcd"),
@@ -118,32 +131,36 @@ func (cp *ControlPlane) startEtcd(t testing.TB, bin string) error {
 	})
 }
 
-func (cp *ControlPlane) startAPIServer(t testing.TB, bin string) error {
-	if cp.port == 0 {
-		cp.port = FreePort(t)
+func (cp *ControlPlane) startAPIServer(t TB, bin string) error {
+	if cp.Port == 0 {
+		cp.Port = FreePort(t)
 	}
 	k := cp.pki
-	p, err := cp.Start("kube-apiserver", nil, bin,
-		"--etcd-servers="+cp.etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(cp.port),
+	var extra []string
+	if cp.opts.Address != "" {
+		extra = append(extra, "--enable-aggregator-routing=true", "--anonymous-auth=false")
+	}
+	p, err := cp.Start("kube-apiserver", nil, append([]string{bin,
+		"--etcd-servers=" + cp.etcdURL,
+		"--bind-address=" + cp.Address, "--advertise-address=" + cp.Address, "--secure-port=" + strconv.Itoa(cp.Port),
 		// 1.37 refuses a loopback advertise address with the default endpoint reconciler.
 		"--endpoint-reconciler-type=none",
-		"--tls-cert-file="+k.Server, "--tls-private-key-file="+k.SrvKey, "--client-ca-file="+k.CACert,
+		"--tls-cert-file=" + k.Server, "--tls-private-key-file=" + k.SrvKey, "--client-ca-file=" + k.CACert,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+k.SAPub, "--service-account-signing-key-file="+k.SAKey,
+		"--service-account-key-file=" + k.SAPub, "--service-account-signing-key-file=" + k.SAKey,
 		"--service-cluster-ip-range=10.0.0.0/24", "--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction", "--allow-privileged=true",
 		// Logs, exec and port-forward reach real kubelets (StartKubeletNode) with a client
 		// certificate, at the node's InternalIP, verifying the kubelet's serving certificate.
-		"--kubelet-client-certificate="+k.KubeletClient, "--kubelet-client-key="+k.KubeletClientKey,
-		"--kubelet-certificate-authority="+k.CACert, "--kubelet-preferred-address-types=InternalIP",
-		"--cert-dir="+filepath.Join(cp.Dir, "apiserver-certs"))
+		"--kubelet-client-certificate=" + k.KubeletClient, "--kubelet-client-key=" + k.KubeletClientKey,
+		"--kubelet-certificate-authority=" + k.CACert, "--kubelet-preferred-address-types=InternalIP",
+		"--cert-dir=" + filepath.Join(cp.Dir, "apiserver-certs")}, extra...)...)
 	if err != nil {
 		return err
 	}
 	cp.APIServer = p
 	cp.Config = &rest.Config{
-		Host:            "https://127.0.0.1:" + strconv.Itoa(cp.port),
+		Host:            "https://" + net.JoinHostPort(cp.Address, strconv.Itoa(cp.Port)),
 		TLSClientConfig: rest.TLSClientConfig{CAFile: k.CACert, CertFile: k.Admin, KeyFile: k.AdmKey},
 		QPS:             200, Burst: 400,
 	}
@@ -168,7 +185,7 @@ func (cp *ControlPlane) startAPIServer(t testing.TB, bin string) error {
 func (cp *ControlPlane) StopAPIServer() { cp.APIServer.Stop(15 * time.Second) }
 
 // StartAPIServer starts kube-apiserver again on the same port after StopAPIServer.
-func (cp *ControlPlane) StartAPIServer(t testing.TB) {
+func (cp *ControlPlane) StartAPIServer(t TB) {
 	t.Helper()
 	if err := cp.startAPIServer(t, Tool(t, "kube-apiserver")); err != nil {
 		t.Fatal(err)
@@ -190,7 +207,7 @@ func (cp *ControlPlane) httpClient() (*http.Client, error) {
 		RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}}, nil
 }
 
-func (cp *ControlPlane) startControllerManager(t testing.TB) error {
+func (cp *ControlPlane) startControllerManager(t TB) error {
 	bin, port, kc := Tool(t, "kube-controller-manager"), FreePort(t), cp.Kubeconfig
 	p, err := cp.Start("kube-controller-manager", nil, bin, "--kubeconfig="+kc,
 		"--authentication-kubeconfig="+kc, "--authorization-kubeconfig="+kc,
@@ -211,7 +228,7 @@ func (cp *ControlPlane) startControllerManager(t testing.TB) error {
 	})
 }
 
-func (cp *ControlPlane) startScheduler(t testing.TB) error {
+func (cp *ControlPlane) startScheduler(t TB) error {
 	bin, port, kc := Tool(t, "kube-scheduler"), FreePort(t), cp.Kubeconfig
 	p, err := cp.Start("kube-scheduler", nil, bin, "--kubeconfig="+kc,
 		"--authentication-kubeconfig="+kc, "--authorization-kubeconfig="+kc,
@@ -226,18 +243,11 @@ func (cp *ControlPlane) startScheduler(t testing.TB) error {
 }
 
 // Kubectl runs the pinned kubectl against this control plane.
-func (cp *ControlPlane) Kubectl(t testing.TB, args ...string) (string, error) {
+func (cp *ControlPlane) Kubectl(t TB, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(Tool(t, "kubectl"), append([]string{"--kubeconfig=" + cp.Kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
-}
-
-// UserConfig returns a client config for a token (e.g. a service account's).
-func (cp *ControlPlane) UserConfig(token string) *rest.Config {
-	c := rest.AnonymousClientConfig(cp.Config)
-	c.BearerToken = token
-	return c
 }
 
 func writeKubeconfig(path string, c *rest.Config) error {

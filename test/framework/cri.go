@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"testing"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -82,7 +81,7 @@ func (n *Node) ExecSync(ctx context.Context, cid string, cmd ...string) (stdout,
 }
 
 // Crictl runs the pinned crictl against this node.
-func (n *Node) Crictl(t testing.TB, args ...string) (string, error) {
+func (n *Node) Crictl(t TB, args ...string) (string, error) {
 	t.Helper()
 	ep := "unix://" + n.Socket
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -11,8 +11,21 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"testing"
 )
+
+// TB is what the harness needs from its caller. A test's *testing.T satisfies it; so does
+// the local cluster's command-line runner (test/cluster), which starts the same components
+// outside a test.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Skipf(format string, args ...any)
+	Logf(format string, args ...any)
+	Cleanup(func())
+	Failed() bool
+}
 
 // InCI reports whether the tests run under CI, where a tier that cannot start its
 // components is a failure, never a skip.
@@ -23,7 +36,7 @@ func InCI() bool {
 
 // Unavailable ends a test whose real components cannot run here: a failure under CI, a
 // skip with the reason elsewhere.
-func Unavailable(t testing.TB, format string, args ...any) {
+func Unavailable(t TB, format string, args ...any) {
 	t.Helper()
 	msg := fmt.Sprintf(format, args...)
 	if InCI() {
@@ -45,7 +58,7 @@ func ToolsBin() string {
 }
 
 // Tool returns the path of a pinned tool, or ends the test as Unavailable.
-func Tool(t testing.TB, name string) string {
+func Tool(t TB, name string) string {
 	t.Helper()
 	p := filepath.Join(ToolsBin(), name)
 	if _, err := os.Stat(p); err != nil {
@@ -55,7 +68,7 @@ func Tool(t testing.TB, name string) string {
 }
 
 // RequireRoot ends the test as Unavailable unless it runs as root.
-func RequireRoot(t testing.TB) {
+func RequireRoot(t TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		Unavailable(t, "node tests need root (containerd, runc, mounts, bridges)")
@@ -63,7 +76,7 @@ func RequireRoot(t testing.TB) {
 }
 
 // RepoRoot is the directory holding the project's go.mod.
-func RepoRoot(t testing.TB) string {
+func RepoRoot(t TB) string {
 	t.Helper()
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {

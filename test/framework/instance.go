@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -58,7 +58,7 @@ var (
 
 // NewInstance creates a private directory for a component set and registers its cleanup
 // with the test and with the process-wide registry that Main drains on timeout or signal.
-func NewInstance(t testing.TB, kind string) *Instance {
+func NewInstance(t TB, kind string) *Instance {
 	t.Helper()
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
@@ -158,11 +158,13 @@ func runBounded(fn func(), d time.Duration) {
 // removes mounts, the bridge, cgroups and the directory.
 func removeHostResources(dir string, res Resources) []error {
 	var errs []error
+	// Newest first: a kubelet still running (make down) dies before its containerd and can
+	// no longer restart the containers killed next.
+	for i := len(res.Processes) - 1; i >= 0; i-- {
+		killRecorded(res.Processes[i])
+	}
 	if res.CgroupParent != "" {
 		killCgroupProcesses(res.CgroupParent)
-	}
-	for _, p := range res.Processes {
-		killRecorded(p)
 	}
 	killReferencing(dir) // containerd shims and anything else started with our paths
 	if err := unmountUnder(dir); err != nil {
@@ -184,7 +186,7 @@ func removeHostResources(dir string, res Resources) []error {
 	return errs
 }
 
-func (in *Instance) dumpLogs(t testing.TB) {
+func (in *Instance) dumpLogs(t TB) {
 	files, _ := filepath.Glob(filepath.Join(in.Dir, "logs", "*.log"))
 	for _, f := range files {
 		t.Logf("---- last lines of %s ----\n%s", filepath.Base(f), tailFile(f, 40))
@@ -204,8 +206,34 @@ func CleanupAll() {
 	}
 }
 
+// instanceName is the directory name NewInstance gives: kind-id.
+var instanceName = regexp.MustCompile(`^(cp|n|r)-([0-9a-f]{8})$`)
+
+// check refuses resources that NewInstance could not have recorded for the directory name:
+// the sweep kills processes and removes links and cgroups by what the file says, so a file
+// planted or damaged there must not name the host's own.
+func (r Resources) check(name string) error {
+	m := instanceName.FindStringSubmatch(name)
+	if m == nil {
+		return fmt.Errorf("not an instance directory name")
+	}
+	if r.Bridge != "" && r.Bridge != "brw"+m[2] {
+		return fmt.Errorf("bridge %q is not the instance's", r.Bridge)
+	}
+	if r.CgroupParent != "" && r.CgroupParent != "brewlet-e2e-"+m[2] {
+		return fmt.Errorf("cgroup parent %q is not the instance's", r.CgroupParent)
+	}
+	return nil
+}
+
 // Sweep removes instances whose owning test process is gone: what a killed test left.
-func Sweep() []error {
+func Sweep() []error { return sweep(false) }
+
+// SweepAll removes every instance below BaseDir, whether its owner still runs or not
+// (`make down` of the local cluster, whose owner exited long ago anyway).
+func SweepAll() []error { return sweep(true) }
+
+func sweep(all bool) []error {
 	dirs, _ := filepath.Glob(filepath.Join(BaseDir(), "*"))
 	var errs []error
 	for _, dir := range dirs {
@@ -217,10 +245,37 @@ func Sweep() []error {
 		if json.Unmarshal(b, &res) != nil || res.Owner.PID == 0 {
 			continue
 		}
-		if sameProcess(res.Owner) {
+		if err := res.check(filepath.Base(dir)); err != nil {
+			errs = append(errs, fmt.Errorf("%s: not removed: %w", dir, err))
+			continue
+		}
+		if !all && sameProcess(res.Owner) {
 			continue // its test is still running
 		}
 		errs = append(errs, removeHostResources(dir, res)...)
 	}
 	return errs
+}
+
+// CheckAlive reports a process recorded for the instance in dir that no longer runs (or an
+// instance that was never recorded there).
+func CheckAlive(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "resources.json"))
+	if err != nil {
+		return err
+	}
+	var res Resources
+	if err := json.Unmarshal(b, &res); err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	latest := map[string]ProcRecord{} // a restarted component has a newer record
+	for _, p := range res.Processes {
+		latest[p.Name] = p
+	}
+	for _, p := range latest {
+		if !sameProcess(p) {
+			return fmt.Errorf("%s (pid %d) of %s is gone", p.Name, p.PID, dir)
+		}
+	}
+	return nil
 }

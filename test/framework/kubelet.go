@@ -14,7 +14,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -41,7 +40,7 @@ type KubeletOptions struct {
 type KubeletNode struct {
 	*Node
 	NodeName    string
-	NodeIP      string // the kubelet's InternalIP (a host address; the kubelet refuses loopback)
+	NodeIP      string // the kubelet's InternalIP: the node's gateway (the kubelet refuses loopback)
 	Kubelet     *Process
 	RootDir     string // --root-dir, a shared mount so the kubelet's volume mounts reach containerd
 	PodLogsDir  string
@@ -93,10 +92,20 @@ func HostSysctls() (map[string]string, error) {
 	return out, nil
 }
 
-// StartKubeletNode starts a fresh node (as StartNode) and a kubelet on it registered with
-// cp as a real Node, and waits until the Node is Ready. Everything is removed when the
-// test ends: the kubelet is stopped first, then the node is cleaned up as usual.
-func StartKubeletNode(t testing.TB, cp *ControlPlane, opts KubeletOptions) *KubeletNode {
+// StartKubeletNode starts a fresh node (as StartNode, with HostReachable) and a kubelet on
+// it registered with cp (StartKubelet).
+func StartKubeletNode(t TB, cp *ControlPlane, opts KubeletOptions) *KubeletNode {
+	t.Helper()
+	opts.Node.HostReachable = true
+	return StartKubelet(t, cp, StartNodeWith(t, opts.Node), opts)
+}
+
+// StartKubelet starts a kubelet on node n (started with HostReachable; opts.Node is not used)
+// registered with cp as a real Node, and waits until the Node is Ready. Its InternalIP is the
+// node's gateway address: pods and the API server reach it, the LAN does not. Everything is
+// removed when the test ends: the kubelet is stopped first, then the node is cleaned up as
+// usual.
+func StartKubelet(t TB, cp *ControlPlane, n *Node, opts KubeletOptions) *KubeletNode {
 	t.Helper()
 	kubeletBin := Tool(t, "kubelet")
 	for _, b := range []string{"/usr/bin/unshare", "/bin/sh"} {
@@ -104,17 +113,14 @@ func StartKubeletNode(t testing.TB, cp *ControlPlane, opts KubeletOptions) *Kube
 			Unavailable(t, "%s missing (util-linux)", b)
 		}
 	}
-	n := StartNodeWith(t, opts.Node)
+	if !n.opts.HostReachable {
+		t.Fatalf("node %s: a kubelet needs a node started with HostReachable", n.ID)
+	}
 	k := &KubeletNode{Node: n, NodeName: opts.NodeName, RootDir: filepath.Join(n.Dir, "kubelet"),
-		PodLogsDir: filepath.Join(n.Dir, "pod-logs"), KubeletPort: FreePort(t), HealthzPort: FreePort(t)}
+		PodLogsDir: filepath.Join(n.Dir, "pod-logs"), KubeletPort: FreePort(t), HealthzPort: FreePort(t), NodeIP: n.Gateway()}
 	if k.NodeName == "" {
 		k.NodeName = "kubelet-" + n.ID
 	}
-	ip, err := hostNodeIP(n.Bridge)
-	if err != nil {
-		Unavailable(t, "no host address for the kubelet's InternalIP: %v", err)
-	}
-	k.NodeIP = ip
 	steps := []struct {
 		name string
 		fn   func() error
@@ -254,7 +260,7 @@ func (k *KubeletNode) config(cp *ControlPlane) map[string]any {
 // every ShadowedHostDirs entry is a private directory.
 // The mounts containing those paths are made slaves first, so none of these binds
 // propagates to the host; the kubelet's root directory stays a peer of the host's.
-func (k *KubeletNode) start(t testing.TB, cp *ControlPlane, bin string, labels map[string]string) error {
+func (k *KubeletNode) start(t TB, cp *ControlPlane, bin string, labels map[string]string) error {
 	cfg, err := json.MarshalIndent(k.config(cp), "", "  ")
 	if err != nil {
 		return err
@@ -312,11 +318,16 @@ func (k *KubeletNode) start(t testing.TB, cp *ControlPlane, bin string, labels m
 		lbl = append(lbl, key+"="+v)
 	}
 	sort.Strings(lbl)
+	// A cluster left running (make demo) logs less: nothing rotates the log.
+	verbosity := "2"
+	if keepRunning.Load() {
+		verbosity = "0"
+	}
 	args := []string{"/usr/bin/unshare", "--mount", "--propagation", "unchanged", "--", "/bin/sh", "-ec",
 		strings.Join(script, "\n"), "kubelet", bin,
 		"--config=" + k.file("config.yaml"), "--kubeconfig=" + k.file("kubeconfig"),
 		"--root-dir=" + k.RootDir, "--cert-dir=" + filepath.Join(k.Dir, "kubelet-pki"),
-		"--hostname-override=" + k.NodeName, "--node-ip=" + k.NodeIP, "--v=2"}
+		"--hostname-override=" + k.NodeName, "--node-ip=" + k.NodeIP, "--v=" + verbosity}
 	if len(lbl) > 0 {
 		args = append(args, "--node-labels="+strings.Join(lbl, ","))
 	}
@@ -334,21 +345,24 @@ func (k *KubeletNode) start(t testing.TB, cp *ControlPlane, bin string, labels m
 
 // waitNodeReady waits until the Node exists with condition Ready=True.
 func (k *KubeletNode) waitNodeReady(cp *ControlPlane, timeout time.Duration) error {
-	return k.Kubelet.WaitReady(timeout, func(ctx context.Context) error {
-		var node corev1.Node
-		if err := cp.Client.Get(ctx, client.ObjectKey{Name: k.NodeName}, &node); err != nil {
-			return err
-		}
-		for _, c := range node.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				if c.Status == corev1.ConditionTrue {
-					return nil
-				}
-				return fmt.Errorf("node %s Ready=%s: %s %s", k.NodeName, c.Status, c.Reason, c.Message)
+	return k.Kubelet.WaitReady(timeout, func(ctx context.Context) error { return NodeReady(ctx, cp.Client, k.NodeName) })
+}
+
+// NodeReady reports why the Node is not Ready=True (nil when it is).
+func NodeReady(ctx context.Context, c client.Reader, name string) error {
+	var node corev1.Node
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
+		return err
+	}
+	for _, cond := range node.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			if cond.Status == corev1.ConditionTrue {
+				return nil
 			}
+			return fmt.Errorf("node %s Ready=%s: %s %s", name, cond.Status, cond.Reason, cond.Message)
 		}
-		return fmt.Errorf("node %s has no Ready condition yet", k.NodeName)
-	})
+	}
+	return fmt.Errorf("node %s has no Ready condition yet", name)
 }
 
 // containingMount returns the mount point of the mount that holds path.
@@ -378,29 +392,3 @@ func containingMount(path string) (string, error) {
 }
 
 func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-// hostNodeIP picks a global unicast IPv4 address of an up, non-loopback interface of the
-// host (not a harness bridge): the kubelet refuses loopback node IPs, and the API server
-// reaches the kubelet at it.
-func hostNodeIP(skip string) (string, error) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return "", err
-	}
-	for _, i := range ifs {
-		if i.Flags&net.FlagUp == 0 || i.Flags&net.FlagLoopback != 0 || i.Name == skip ||
-			strings.HasPrefix(i.Name, "brw") || strings.HasPrefix(i.Name, "veth") {
-			continue
-		}
-		addrs, err := i.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && ipn.IP.IsGlobalUnicast() {
-				return ipn.IP.String(), nil
-			}
-		}
-	}
-	return "", fmt.Errorf("no up interface with a global IPv4 address")
-}

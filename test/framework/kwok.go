@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,7 +15,7 @@ import (
 // kwokAnnotation marks the fake nodes kwok manages; real nodes never carry it.
 const kwokAnnotation = "kwok.x-k8s.io/node"
 
-func (cp *ControlPlane) startKwok(t testing.TB, nodes int) error {
+func (cp *ControlPlane) startKwok(t TB, nodes int) error {
 	bin, port := Tool(t, "kwok"), FreePort(t)
 	stages := filepath.Join(ToolsBin(), "kwok-stages.yaml")
 	p, err := cp.Start("kwok", nil, bin, "--kubeconfig="+cp.Kubeconfig, "--config="+stages,

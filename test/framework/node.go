@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -54,14 +53,21 @@ type NodeOptions struct {
 	WithoutBrewletHandler bool
 	// ImportsDir makes the main config import <dir>/*.toml (a drop-in directory).
 	ImportsDir bool
+	// HostReachable connects pods and host: the bridge is created up front holding the
+	// subnet's first address, and pods get a default route through it. Pods then reach the
+	// host's own addresses (an API server on the node IP) and the host reaches pods
+	// (probes, webhooks, the API server's service proxy). Nothing is forwarded or
+	// translated: IP forwarding stays as the host has it (the bridge plugin's isGateway
+	// would switch it on host-wide).
+	HostReachable bool
 }
 
 // StartNode starts a node with both handlers. It is removed (pods, shims, mounts, bridge,
 // cgroups, files) when the test ends.
-func StartNode(t testing.TB) *Node { return StartNodeWith(t, NodeOptions{}) }
+func StartNode(t TB) *Node { return StartNodeWith(t, NodeOptions{}) }
 
 // StartNodeWith starts a node with options.
-func StartNodeWith(t testing.TB, opts NodeOptions) *Node {
+func StartNodeWith(t TB, opts NodeOptions) *Node {
 	t.Helper()
 	RequireRoot(t)
 	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "runc", "registry", "crictl"} {
@@ -73,7 +79,7 @@ func StartNodeWith(t testing.TB, opts NodeOptions) *Node {
 		}
 	}
 	in := NewInstance(t, "n")
-	n := &Node{Instance: in, opts: opts, HostPrefix: filepath.Join(in.Dir, "host"), BinDir: filepath.Join(in.Dir, "bin"), Socket: filepath.Join(in.Dir, "containerd.sock"),
+	n := &Node{Instance: in, opts: opts, HostPrefix: filepath.Join(in.Dir, "host"), BinDir: filepath.Join(in.Dir, "bin"), Socket: filepath.Join(in.Dir, "containerd-run", "containerd.sock"),
 		CgroupParent: "brewlet-e2e-" + in.ID, Bridge: "brw" + in.ID}
 	subnet, err := freeSubnet()
 	if err != nil {
@@ -84,7 +90,7 @@ func StartNodeWith(t testing.TB, opts NodeOptions) *Node {
 	in.Update(func(r *Resources) { r.Bridge, r.CgroupParent = n.Bridge, n.CgroupParent })
 	steps := []struct {
 		name string
-		fn   func(testing.TB) error
+		fn   func(TB) error
 	}{
 		{"build shim and pause", n.buildBinaries},
 		{"start registry", n.startRegistry},
@@ -100,7 +106,7 @@ func StartNodeWith(t testing.TB, opts NodeOptions) *Node {
 	return n
 }
 
-func (n *Node) buildBinaries(t testing.TB) error {
+func (n *Node) buildBinaries(t TB) error {
 	root := RepoRoot(t)
 	for _, b := range []struct{ pkg, env string }{
 		{"./cmd/" + vocab.ShimBinaryName, ""},
@@ -119,7 +125,7 @@ func (n *Node) buildBinaries(t testing.TB) error {
 	return nil
 }
 
-func (n *Node) startRegistry(t testing.TB) error {
+func (n *Node) startRegistry(t TB) error {
 	addr, p, err := startRegistryIn(t, n.Instance, "")
 	n.Registry, n.RegistryProc = addr, p
 	return err
@@ -133,10 +139,10 @@ type Registry struct {
 }
 
 // StartRegistry starts a registry of its own, removed when the test ends.
-func StartRegistry(t testing.TB) *Registry { return StartRegistryWith(t, "", "") }
+func StartRegistry(t TB) *Registry { return StartRegistryWith(t, "", "") }
 
 // StartRegistryWith starts a registry that requires basic credentials when user is set.
-func StartRegistryWith(t testing.TB, user, password string) *Registry {
+func StartRegistryWith(t TB, user, password string) *Registry {
 	t.Helper()
 	Tool(t, "registry")
 	in := NewInstance(t, "r")
@@ -159,7 +165,7 @@ func StartRegistryWith(t testing.TB, user, password string) *Registry {
 	return &Registry{Instance: in, Addr: addr, Proc: p}
 }
 
-func startRegistryIn(t testing.TB, in *Instance, auth string) (string, *Process, error) {
+func startRegistryIn(t TB, in *Instance, auth string) (string, *Process, error) {
 	addr := "127.0.0.1:" + strconv.Itoa(FreePort(t))
 	cfg := filepath.Join(in.Dir, "registry.yml")
 	body := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n%s",
@@ -188,7 +194,7 @@ func startRegistryIn(t testing.TB, in *Instance, auth string) (string, *Process,
 	})
 }
 
-func (n *Node) pushBaseImages(testing.TB) error {
+func (n *Node) pushBaseImages(TB) error {
 	pause, err := os.ReadFile(filepath.Join(n.BinDir, "pause"))
 	if err != nil {
 		return err
@@ -216,14 +222,25 @@ func (n *Node) pushBaseImages(testing.TB) error {
 	return err
 }
 
-func (n *Node) startContainerd(t testing.TB) error {
+func (n *Node) startContainerd(t TB) error {
+	if n.opts.HostReachable {
+		if err := n.createBridge(); err != nil {
+			return err
+		}
+	}
 	if err := n.writeCNIConfig(); err != nil {
 		return err
 	}
 	if err := n.writeRegistryHosts(); err != nil {
 		return err
 	}
-	n.ConfigPath = filepath.Join(n.Dir, "containerd.toml")
+	// Config and socket in directories of their own: a node agent pod mounts each directory.
+	n.ConfigPath = filepath.Join(n.Dir, "containerd-conf", "config.toml")
+	for _, d := range []string{filepath.Dir(n.ConfigPath), filepath.Dir(n.Socket)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
 	if n.opts.ImportsDir {
 		n.ImportsDir = filepath.Join(n.Dir, "conf.d")
 		if err := os.MkdirAll(n.ImportsDir, 0o755); err != nil {
@@ -285,14 +302,46 @@ func (n *Node) waitCRI() error {
 	})
 }
 
+// Gateway is the bridge's address with HostReachable: the subnet's first address.
+func (n *Node) Gateway() string {
+	ip, _, _ := net.ParseCIDR(n.Subnet)
+	ip = ip.To4()
+	return net.IPv4(ip[0], ip[1], ip[2], ip[3]+1).String()
+}
+
+// createBridge makes the node's bridge with the gateway address before any pod exists
+// (the bridge plugin reuses an existing bridge). It is removed with the node (recorded).
+func (n *Node) createBridge() error {
+	_, nw, err := net.ParseCIDR(n.Subnet)
+	if err != nil {
+		return err
+	}
+	ones, _ := nw.Mask.Size()
+	for _, args := range [][]string{
+		{"link", "add", n.Bridge, "type", "bridge"},
+		{"addr", "add", fmt.Sprintf("%s/%d", n.Gateway(), ones), "dev", n.Bridge},
+		{"link", "set", n.Bridge, "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
+}
+
 func (n *Node) writeCNIConfig() error {
+	rng := map[string]string{"subnet": n.Subnet}
+	ipam := map[string]any{"type": "host-local", "ranges": [][]map[string]string{{rng}},
+		"dataDir": filepath.Join(n.Dir, "cni-ipam")}
+	if n.opts.HostReachable {
+		rng["gateway"] = n.Gateway()
+		ipam["routes"] = []map[string]string{{"dst": "0.0.0.0/0"}}
+	}
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       "brewlet-e2e-" + n.ID,
 		"plugins": []any{
-			map[string]any{"type": "bridge", "bridge": n.Bridge, "isGateway": false, "ipMasq": false,
-				"ipam": map[string]any{"type": "host-local", "ranges": [][]map[string]string{{{"subnet": n.Subnet}}},
-					"dataDir": filepath.Join(n.Dir, "cni-ipam")}},
+			map[string]any{"type": "bridge", "bridge": n.Bridge, "isGateway": false, "ipMasq": false, "ipam": ipam},
 			map[string]any{"type": "loopback"},
 		},
 	}

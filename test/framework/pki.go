@@ -33,7 +33,12 @@ type pki struct {
 	KubeletClientKey string
 }
 
-func newPKI(dir string) (*pki, error) {
+// certValidity is long enough for a local cluster left running for days (make demo).
+const certValidity = 30 * 24 * time.Hour
+
+// newPKI creates the CA and the control plane's certificates; the API server's is valid for
+// loopback and the extra addresses.
+func newPKI(dir string, apiServerIPs ...net.IP) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -46,7 +51,7 @@ func newPKI(dir string) (*pki, error) {
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: "brewlet-e2e-ca"},
 		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
+		NotAfter:              time.Now().Add(certValidity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
@@ -65,7 +70,7 @@ func newPKI(dir string) (*pki, error) {
 	}
 	p.Server, p.SrvKey, err = p.issue("apiserver", pkix.Name{CommonName: "kube-apiserver"},
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		[]net.IP{net.ParseIP("127.0.0.1")}, x509.ExtKeyUsageServerAuth)
+		append([]net.IP{net.ParseIP("127.0.0.1")}, apiServerIPs...), x509.ExtKeyUsageServerAuth)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +114,7 @@ func (p *pki) issueIn(dir, name string, subj pkix.Name, dns []string, ips []net.
 		SerialNumber: serial,
 		Subject:      subj,
 		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
+		NotAfter:     time.Now().Add(certValidity),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 		DNSNames:     dns,

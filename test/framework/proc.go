@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -22,6 +23,15 @@ type Process struct {
 	waitErr error
 }
 
+// keepRunning: components outlive the process that started them (see KeepRunning).
+var keepRunning atomic.Bool
+
+// KeepRunning makes every component started afterwards outlive this process: a session of
+// its own and no parent-death signal. Only `make demo` (hack/demo) uses it; its components
+// are removed by `make down` (SweepAll), never by a test's sweep, which looks only below its
+// own BaseDir.
+func KeepRunning() { keepRunning.Store(true) }
+
 // Start runs a component with its output in the instance's logs directory.
 func (in *Instance) Start(name string, env []string, args ...string) (*Process, error) {
 	logPath := filepath.Join(in.Dir, "logs", name+".log")
@@ -33,6 +43,9 @@ func (in *Instance) Start(name string, env []string, args ...string) (*Process, 
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if keepRunning.Load() {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	}
 	if err := cmd.Start(); err != nil {
 		_ = lf.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)

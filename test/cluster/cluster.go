@@ -1,0 +1,141 @@
+// Package cluster is a real one-node Kubernetes cluster on this machine, for Brewlet's main
+// job (`make demo`) and its top test tier: etcd, kube-apiserver (served on the node's
+// address so pods reach it), kube-controller-manager, kube-scheduler, and a kubelet node with
+// its own containerd, runc, loopback registry and CNI bridge, offering the brewlet handler.
+// Everything is started by test/framework on private paths, ports, bridge and cgroup names.
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"brewlet.sh/brewlet/test/framework"
+)
+
+// The node pool label the kubelet registers its Node with, and the pool's name: the
+// chart's provisioner.pools and the NodeProfile select it.
+const (
+	PoolKey  = "pool.brewlet.sh/name"
+	PoolName = "local"
+)
+
+// Cluster is what a user of the cluster needs to know about it. It is saved next to the
+// components (Save) so that a second `make demo` finds and reuses it.
+type Cluster struct {
+	Kubeconfig string `json:"kubeconfig"` // cluster-admin
+	APIHost    string `json:"apiHost"`    // the API server's address, reachable from pods
+	APIPort    int    `json:"apiPort"`
+	Registry   string `json:"registry"` // host:port of the node's loopback registry
+	NodeName   string `json:"nodeName"`
+	// HostPrefix relocates the node's Brewlet paths (the chart's provisioner.hostPrefix; the
+	// shim gets the same prefix from containerd's environment).
+	HostPrefix       string `json:"hostPrefix"`
+	ContainerdConfig string `json:"containerdConfig"`
+	ContainerdSocket string `json:"containerdSocket"`
+	// Dirs are the component directories (control plane, node) with their logs.
+	Dirs []string `json:"dirs"`
+
+	// Node is set when the cluster was started by this process (nil when loaded).
+	Node *framework.KubeletNode `json:"-"`
+}
+
+// Start starts the cluster. Brewlet's CRDs are not installed: the chart does that.
+func Start(t framework.TB) *Cluster {
+	t.Helper()
+	// The node first: the API server listens on its gateway address, where pods reach it.
+	n := framework.StartNodeWith(t, framework.NodeOptions{HostReachable: true})
+	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{ControllerManager: true, Scheduler: true,
+		SkipCRDs: true, Address: n.Gateway()})
+	kn := framework.StartKubelet(t, cp, n, framework.KubeletOptions{Labels: map[string]string{PoolKey: PoolName}})
+	return &Cluster{Kubeconfig: cp.Kubeconfig, APIHost: cp.Address, APIPort: cp.Port, Registry: kn.Registry,
+		NodeName: kn.NodeName, HostPrefix: kn.HostPrefix, ContainerdConfig: kn.ConfigPath, ContainerdSocket: kn.Socket,
+		Dirs: []string{cp.Dir, kn.Dir}, Node: kn}
+}
+
+// WorkDir holds files of the cluster's users (helm's state, chart values, the CLI): the
+// control plane's directory, removed with it.
+func (c *Cluster) WorkDir() string { return c.Dirs[0] }
+
+// StatePath is where Save writes the cluster's description below the framework's BaseDir.
+func StatePath() string { return filepath.Join(framework.BaseDir(), "cluster.json") }
+
+// Save writes the cluster's description to StatePath.
+func (c *Cluster) Save() error {
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := StatePath() + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, StatePath())
+}
+
+// Load reads the description Save wrote; os.ErrNotExist when there is none.
+func Load() (*Cluster, error) {
+	b, err := os.ReadFile(StatePath())
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{}
+	if err := json.Unmarshal(b, c); err != nil {
+		return nil, fmt.Errorf("%s: %w", StatePath(), err)
+	}
+	return c, nil
+}
+
+// Gone reports a component process of the cluster that no longer runs.
+func (c *Cluster) Gone() error {
+	for _, d := range c.Dirs {
+		if err := framework.CheckAlive(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RESTConfig is the cluster-admin client configuration.
+func (c *Cluster) RESTConfig() (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	return cfg, nil
+}
+
+// Healthy reports why a saved cluster cannot be reused: one of its processes is gone, the
+// API server is not ready, or the node is not Ready.
+func (c *Cluster) Healthy(ctx context.Context) error {
+	if err := c.Gone(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cfg, err := c.RESTConfig()
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if _, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
+		return fmt.Errorf("API server at %s:%d: %w", c.APIHost, c.APIPort, err)
+	}
+	cl, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return err
+	}
+	return framework.NodeReady(ctx, cl, c.NodeName)
+}

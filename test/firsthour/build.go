@@ -1,0 +1,42 @@
+package firsthour
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// BuildRuntimes runs hack/runtimes.sh in the repository root: it builds the local runtime
+// images named by which (busybox, python or all) from Debian packages, pushes them to
+// registry and returns NAME -> repo@sha256 (python1, python2, busybox). Its progress goes to
+// progress.
+func BuildRuntimes(ctx context.Context, root, registry, which string, progress io.Writer) (map[string]string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "runtimes.sh"), registry, which)
+	cmd.Dir, cmd.Stderr = root, progress
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("hack/runtimes.sh %s: %w\n%s", which, err, out)
+	}
+	refs := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok && strings.Contains(v, "@sha256:") {
+			refs[k] = v
+		}
+	}
+	return refs, nil
+}
+
+// BuildCLI builds the brewlet CLI of the repository root into out.
+func BuildCLI(ctx context.Context, root, out string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/brewlet")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build the brewlet CLI: %w\n%s", err, b)
+	}
+	return nil
+}
