@@ -87,6 +87,7 @@ type RuntimeImageStatus struct {
 	// previous epoch. Diagnosis only: cleanup never trusts it. Bounded in size.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=50
 	TaskObservations []TaskObservation `json:"taskObservations,omitempty"`
 	// OmittedNodes counts nodes left out of taskObservations to bound the object's size.
 	// +optional
@@ -105,6 +106,7 @@ type TaskObservation struct {
 	ObservedAt metav1.Time `json:"observedAt"`
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=20
 	Bindings []TaskBinding `json:"bindings,omitempty"`
 	// Omitted counts bindings left out on this node.
 	// +optional

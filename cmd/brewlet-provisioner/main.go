@@ -22,6 +22,7 @@ func main() {
 	flag.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (downward API)")
 	flag.StringVar(&o.Namespace, "namespace", envOr("POD_NAMESPACE", "brewlet-system"), "namespace of the node's writer lease")
 	flag.StringVar(&o.Identity, "identity", envOr("POD_NAME", "agent")+"_"+os.Getenv("POD_UID"), "unique identity of this agent process")
+	flag.StringVar(&o.PodUID, "pod-uid", os.Getenv("POD_UID"), "this agent's pod UID (downward API), reported in NodeRuntime status")
 	flag.StringVar(&o.HostPrefix, "host-prefix", "", "relocate /opt/brewlet, /var/lib/brewlet and /run/brewlet under this directory")
 	flag.DurationVar(&o.AuthTTL, "authorization-ttl", 5*time.Minute, "authorization lifetime without a fresh confirmation from the API server (at most 5m)")
 	flag.DurationVar(&o.Period, "period", 0, "pause between passes (default: a fifth of the authorization TTL; at most half of it)")

@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -51,6 +54,9 @@ type Options struct {
 	SkipNameValidation bool
 	// Admission configures the pod admission webhook (Port 0: off).
 	Admission admission.Options
+	// AgentNamespace is where the node agents keep their per-node Leases, read as the
+	// nodes' heartbeats ("": LeaderElectionNamespace, where the chart runs both).
+	AgentNamespace string
 }
 
 // Scheme returns the types the operator reads and writes.
@@ -104,11 +110,20 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (manager.Manager, err
 			*d.dst = &v
 		}
 	}
+	agentNS := o.AgentNamespace
+	if agentNS == "" {
+		agentNS = o.LeaderElectionNamespace
+	}
+	if agentNS != "" {
+		// Only the agents' namespace: Leases elsewhere are none of the operator's business.
+		mo.Cache.ByObject = map[client.Object]cache.ByObject{
+			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{agentNS: {}}}}
+	}
 	mgr, err := manager.New(cfg, mo)
 	if err != nil {
 		return nil, fmt.Errorf("brewlet-operator manager: %w", err)
 	}
-	if err := runtimeimage.Setup(ctx, mgr, o.SkipNameValidation); err != nil {
+	if err := runtimeimage.Setup(ctx, mgr, o.SkipNameValidation, agentNS); err != nil {
 		return nil, fmt.Errorf("RuntimeImage controller: %w", err)
 	}
 	if err := nodeprofile.Setup(ctx, mgr, o.SkipNameValidation); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
@@ -22,6 +23,7 @@ import (
 type Agent struct {
 	Client    client.Client // uncached: reads are quorum reads
 	NodeName  string
+	PodUID    types.UID // this agent's pod, reported as agentPodUID (empty outside a pod)
 	Layout    hoststate.Layout
 	Installer *Installer
 	// AuthTTL is how long an authorization stays valid without a fresh confirmation; at most

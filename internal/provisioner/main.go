@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +29,7 @@ import (
 // Options configure the node agent (the brewlet-provisioner command's flags).
 type Options struct {
 	NodeName, Namespace, Identity, HostPrefix  string
+	PodUID                                     string // the agent pod's UID, reported as agentPodUID
 	AuthTTL, Period                            time.Duration
 	ContainerdRestart                          string // validated | none
 	ContainerdConfig, ContainerdBinary         string
@@ -81,7 +83,7 @@ func Main(ctx context.Context, o Options) error {
 	if o.HostPrefix != "" {
 		layout = hoststate.Under(o.HostPrefix)
 	}
-	agent := &Agent{Client: c, NodeName: o.NodeName, Layout: layout, AuthTTL: o.AuthTTL, Period: o.Period,
+	agent := &Agent{Client: c, NodeName: o.NodeName, PodUID: types.UID(o.PodUID), Layout: layout, AuthTTL: o.AuthTTL, Period: o.Period,
 		Installer: &Installer{Layout: layout, Insecure: o.InsecureRegistries, Mirrors: o.Mirrors,
 			Platform: v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}},
 		Collector: &Collector{Layout: layout, Grace: o.GCGrace, MountInfo: o.MountInfo},

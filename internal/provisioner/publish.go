@@ -72,7 +72,7 @@ func (a *Agent) publishLabels(ctx context.Context, node *corev1.Node) error {
 
 // publishStatus writes the NodeRuntime status when it changed (not on every pass).
 func (a *Agent) publishStatus(ctx context.Context, node *corev1.Node, nrt *brewletv1.NodeRuntime) error {
-	st := brewletv1.NodeRuntimeStatus{NodeUID: node.UID, Complete: true, Cleanup: a.Host}
+	st := brewletv1.NodeRuntimeStatus{NodeUID: node.UID, AgentPodUID: a.PodUID, Complete: true, Cleanup: a.Host}
 	for _, e := range a.states {
 		st.Runtimes = append(st.Runtimes, e)
 	}

@@ -9,6 +9,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"brewlet.sh/brewlet/internal/vocab"
 )
 
 // WriterLease is the per-node lease that makes one agent the node's only writer: during a
@@ -23,7 +25,7 @@ type WriterLease struct {
 }
 
 // LeaseName is the name of a node's writer lease.
-func LeaseName(node string) string { return "brewlet-provisioner-" + node }
+func LeaseName(node string) string { return vocab.AgentLeasePrefix + node }
 
 // Run blocks until ctx ends, calling lead with a context that is cancelled when the lease
 // is lost or ctx ends, and isWriter that reports whether the lease is still held right now.

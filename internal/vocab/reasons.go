@@ -25,6 +25,10 @@ const (
 	ReasonAllNodesCurrent Reason = "AllNodesCurrent" // every reporting node serves the target
 	ReasonNoNodes         Reason = "NoNodes"         // no node reports the ID yet
 
+	// Containers on older generations (operator, condition OldGenerationTasks).
+	ReasonOldGenerationTasks   Reason = "OldGenerationTasks"   // some node reports containers on an older generation or epoch
+	ReasonNoOldGenerationTasks Reason = "NoOldGenerationTasks" // every reported container runs the current generation
+
 	// Artifact recognition and content (CLI at build time, shim at container create).
 	ReasonLayerPathViolation       Reason = "LayerPathViolation"
 	ReasonUnsupportedArtifact      Reason = "UnsupportedArtifact"

@@ -159,3 +159,7 @@ const EnvOnDemandWait = "BREWLET_ONDEMAND_WAIT"
 // EnvDevRoot relocates the device tree the shim scans for device-owning groups (tests;
 // default /dev).
 const EnvDevRoot = "BREWLET_DEV_ROOT"
+
+// AgentLeasePrefix names each node's agent Lease (AgentLeasePrefix + node name) in the
+// agents' namespace: it fences writers (one agent per node) and is the node's heartbeat.
+const AgentLeasePrefix = "brewlet-provisioner-"

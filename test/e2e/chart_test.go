@@ -324,7 +324,8 @@ func chartCheckCommonWith(t *testing.T, rc chartObjects, ns, leaseName string, r
 	chartWantVerbs(t, "operator", op.Rules, "", "secrets") // never cluster-wide
 	opRole := &rbacv1.Role{}
 	rc.decode(t, "Role", "brewlet-operator", opRole)
-	if v, names := chartRule(opRole.Rules, "coordination.k8s.io", "leases"); !slices.Equal(v, []string{"create", "get", "patch", "update"}) ||
+	// Writes only to its own Lease; the agents' Leases (the nodes' heartbeats) are read.
+	if v, names := chartRule(opRole.Rules, "coordination.k8s.io", "leases"); !slices.Equal(v, []string{"create", "get", "list", "patch", "update", "watch"}) ||
 		!slices.Equal(names, []string{leaseName}) {
 		t.Errorf("operator leases: verbs %v names %v", v, names)
 	}
@@ -947,6 +948,8 @@ func TestChartOnAPIServer(t *testing.T) {
 		{[]string{"get", "secrets/" + admission.SecretName, "-n", "default"}, "no"},
 		{[]string{"update", "leases/brewlet-operator", "-n", ns}, "yes"},
 		{[]string{"update", "leases/brewlet-provisioner-n1", "-n", ns}, "no"},
+		{[]string{"watch", "leases", "-n", ns}, "yes"},
+		{[]string{"list", "leases", "-n", "default"}, "no"},
 		{[]string{"create", "events.events.k8s.io", "-n", "default"}, "yes"},
 	} {
 		// The answer is the last line (kubectl warns about cluster-scoped resources first).

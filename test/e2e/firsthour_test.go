@@ -130,6 +130,9 @@ func firstHourAgentToken(t *testing.T, f *firsthour.Flow) {
 	if writer != "brewlet-provisioner" {
 		t.Errorf("NodeRuntime status written by %q, want the agent (brewlet-provisioner)", writer)
 	}
+	if nrt.Status.AgentPodUID != agentPod.UID {
+		t.Errorf("NodeRuntime agentPodUID %q, want the agent pod's %q", nrt.Status.AgentPodUID, agentPod.UID)
+	}
 	cfg, err := f.C.RESTConfig()
 	if err != nil {
 		t.Fatal(err)
@@ -310,6 +313,12 @@ func firstHourAgentDown(t *testing.T, f *firsthour.Flow) {
 			}
 		}
 		return false
+	})
+	// The refusal reaches the pod's events too, with the shim's typed reason: what
+	// `kubectl describe pod` shows a developer.
+	eventually(t, time.Minute, "an event on the pod with reason "+string(vocab.ReasonNodeNotReady), func() (bool, string) {
+		evs := podEvents(t, f.Clients.CS, pod)
+		return strings.Contains(evs, string(vocab.ReasonNodeNotReady)), evs
 	})
 	if body, err := f.Ask(ctx, "/", "hello from"); err != nil {
 		t.Errorf("the app stopped answering while the agent was away: %v", err)

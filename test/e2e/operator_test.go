@@ -31,21 +31,32 @@ import (
 
 var setLoggerOnce sync.Once
 
-// runningOperator is brewlet-operator started in-process with the constructor main uses.
+// runningOperator is one brewlet-operator replica a test started.
 type runningOperator struct {
 	probe, metrics string
 	stop           func()
 }
 
-// startOperator runs one operator replica until stop (or the test's end). With leader
-// election it competes for the Lease in kube-system like a real replica; without, it
+// startOperator runs one brewlet-operator replica as its own process under the chart's
+// operator RBAC (a token of its service account in chartNS is its only credential; see
+// operatorToken), without pod admission. With leader election it competes for the chart's
+// Lease like a real replica (short timings, so that failover takes seconds); without, it
 // reconciles at once, beside any other replica (a split brain).
 func startOperator(t *testing.T, cp *framework.ControlPlane, leaderElection bool) *runningOperator {
 	t.Helper()
-	return startOperatorWith(t, cp, func(o *operator.Options) { o.LeaderElection = leaderElection })
+	op := startOperatorProcess(t, cp, operatorToken(t, cp), chartNS, "--webhook-port=0",
+		fmt.Sprintf("--leader-elect=%t", leaderElection), "--leader-election-lease-duration=4s",
+		"--leader-election-renew-deadline=3s", "--leader-election-retry-period=500ms")
+	var once sync.Once
+	ro := &runningOperator{probe: op.ProbeAddr, metrics: op.MetricsAddr,
+		stop: func() { once.Do(func() { op.stop(t, 30*time.Second) }) }}
+	t.Cleanup(ro.stop)
+	return ro
 }
 
-// startOperatorWith is startOperator with the test's own changes to the options.
+// startOperatorWith runs brewlet-operator in-process with the constructor main uses and the
+// test's own changes to the options: for what no flag sets (certificate lifetimes of
+// seconds, in the pod admission test). Everything else runs the process (startOperator).
 func startOperatorWith(t *testing.T, cp *framework.ControlPlane, edit func(*operator.Options)) *runningOperator {
 	t.Helper()
 	lvl := slog.LevelError
@@ -63,7 +74,7 @@ func startOperatorWith(t *testing.T, cp *framework.ControlPlane, edit func(*oper
 	opts := operator.Options{
 		MetricsAddress:          ro.metrics,
 		ProbeAddress:            ro.probe,
-		LeaderElectionNamespace: "kube-system",
+		LeaderElectionNamespace: chartNS,
 		LeaseDuration:           4 * time.Second,
 		RenewDeadline:           3 * time.Second,
 		RetryPeriod:             500 * time.Millisecond,
@@ -220,7 +231,7 @@ func TestOperatorRuntimeImage(t *testing.T) {
 			})
 		}
 		lease := &coordinationv1.Lease{}
-		if err := c.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: operator.DefaultLeaderElectionID}, lease); err != nil {
+		if err := c.Get(ctx, types.NamespacedName{Namespace: chartNS, Name: operator.DefaultLeaderElectionID}, lease); err != nil {
 			t.Fatalf("leader Lease: %v", err)
 		}
 		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
@@ -285,9 +296,9 @@ func testGenerationsUnderRestarts(t *testing.T, cp *framework.ControlPlane) {
 
 	// Three editors rotate the image while the operator is stopped and replaced twice;
 	// some edits land while no operator runs at all.
-	const editors, editsEach = 3, 20
+	const editors, editsEach = 3, 40
 	var edited atomic.Int64
-	wg := startEditors(t, c, name, "127.0.0.1:5000/runtimes/python", editors, editsEach, 60*time.Millisecond, &edited)
+	wg := startEditors(t, c, name, "127.0.0.1:5000/runtimes/python", editors, editsEach, 100*time.Millisecond, &edited)
 	var atRestart []int64
 	for r := 0; r < 2; r++ {
 		time.Sleep(500 * time.Millisecond)

@@ -10,9 +10,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -27,23 +35,69 @@ type operatorProcess struct {
 	ProbeAddr, MetricsAddr, WebhookAddr string
 }
 
-// buildOperator compiles cmd/brewlet-operator into a temporary directory.
+var (
+	operatorBinOnce sync.Once
+	operatorBin     string
+	operatorBinErr  error
+)
+
+// buildOperator compiles cmd/brewlet-operator into the repository's bin/ once per test
+// binary (go build is incremental; make build writes the same file).
 func buildOperator(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "brewlet-operator")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/brewlet-operator")
-	cmd.Dir = framework.RepoRoot(t)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build brewlet-operator: %v\n%s", err, out)
+	operatorBinOnce.Do(func() {
+		root := framework.RepoRoot(t)
+		operatorBin = filepath.Join(root, "bin", "brewlet-operator")
+		cmd := exec.Command("go", "build", "-o", operatorBin, "./cmd/brewlet-operator")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			operatorBinErr = fmt.Errorf("build brewlet-operator: %v\n%s", err, out)
+		}
+	})
+	if operatorBinErr != nil {
+		t.Fatal(operatorBinErr)
 	}
-	return bin
+	return operatorBin
+}
+
+// operatorToken installs the chart's operator RBAC (service account, roles, bindings; the
+// chart rendered with helm, nothing else of it) in chartNS once per control plane, and
+// returns a fresh token of that service account.
+func operatorToken(t *testing.T, cp *framework.ControlPlane) string {
+	t.Helper()
+	ctx := context.Background()
+	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNS}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	rbac := map[string]bool{"ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true}
+	for _, o := range chartMustRender(t, chartNS, "--set", "provisioner.enabled=false") {
+		if !rbac[o.Kind] || !strings.HasPrefix(o.Name, "brewlet-operator") {
+			continue
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(o.JSON); err != nil {
+			t.Fatal(err)
+		}
+		if err := cp.Client.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("create %s %s: %v", o.Kind, o.Name, err)
+		}
+	}
+	cs, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(chartNS).CreateToken(ctx, "brewlet-operator", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
 }
 
 // startOperatorProcess builds and starts brewlet-operator in namespace ns with token as its
 // only credential, records it in the control plane's instance (cleanup and the sweep kill
 // it by PID; it dies with the test binary) and waits for its /readyz: informers synced and
 // the pod admission certificate served.
-func startOperatorProcess(t *testing.T, cp *framework.ControlPlane, token, ns string) *operatorProcess {
+func startOperatorProcess(t *testing.T, cp *framework.ControlPlane, token, ns string, extraFlags ...string) *operatorProcess {
 	t.Helper()
 	bin := buildOperator(t)
 	kc := clientcmdapi.NewConfig()
@@ -59,11 +113,12 @@ func startOperatorProcess(t *testing.T, cp *framework.ControlPlane, token, ns st
 	op := &operatorProcess{ProbeAddr: addr(), MetricsAddr: addr()}
 	webhookPort := framework.FreePort(t)
 	op.WebhookAddr = "127.0.0.1:" + strconv.Itoa(webhookPort)
-	p, err := cp.Start("brewlet-operator", nil, bin, "--kubeconfig="+kubeconfig,
-		"--metrics-address="+op.MetricsAddr, "--health-probe-address="+op.ProbeAddr,
-		"--leader-elect=true", "--leader-election-namespace="+ns, "--leader-election-id=brewlet-operator",
-		"--webhook-host=127.0.0.1", "--webhook-port="+strconv.Itoa(webhookPort),
-		"--webhook-cert-dir="+filepath.Join(cp.Dir, "brewlet-operator-certs"), "--webhook-cert-resync=500ms")
+	// The caller's flags come last and win (flag parsing keeps the last value).
+	p, err := cp.Start("brewlet-operator", nil, append([]string{bin, "--kubeconfig=" + kubeconfig,
+		"--metrics-address=" + op.MetricsAddr, "--health-probe-address=" + op.ProbeAddr,
+		"--leader-elect=true", "--leader-election-namespace=" + ns, "--leader-election-id=brewlet-operator",
+		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(webhookPort),
+		"--webhook-cert-dir=" + filepath.Join(cp.Dir, "brewlet-operator-certs"), "--webhook-cert-resync=500ms"}, extraFlags...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

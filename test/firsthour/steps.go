@@ -79,6 +79,8 @@ func (f *Flow) chartValues() map[string]any {
 			"hostPrefix":  f.C.HostPrefix,
 			"hostNetwork": true,
 			"gc":          map[string]any{"grace": "10m"},
+			// The agent's pass period is a fifth of this: a local cluster reacts in seconds.
+			"authorizationTTL": "2m",
 			"containerd": map[string]any{"restart": string(vocab.ContainerdRestartNone), "config": f.C.ContainerdConfig,
 				"socket": f.C.ContainerdSocket, "shimDir": ""},
 		},
@@ -312,7 +314,8 @@ func (f *Flow) rotate(ctx context.Context) (string, error) {
 		return "", err
 	}
 	target := f.Runtimes["python2"]
-	if ri.Spec.Source.Image != target {
+	rotated := ri.Spec.Source.Image != target
+	if rotated {
 		ri.Spec.Source.Image = target
 		if err := f.Clients.CL.Update(ctx, ri); err != nil {
 			return "", err
@@ -322,7 +325,39 @@ func (f *Flow) rotate(ctx context.Context) (string, error) {
 	if err := f.WaitRotated(ctx, digest); err != nil {
 		return "", err
 	}
-	return f.Kubectl(ctx, "get", "runtimeimage", RuntimeID, "-o", "wide")
+	out, err := f.Kubectl(ctx, "get", "runtimeimage", RuntimeID, "-o", "wide")
+	if err != nil || !rotated {
+		return out, err
+	}
+	// The app's pods still run generation 1: the node reports them, the RuntimeImage
+	// lists them.
+	msg, err := f.WaitOldTasks(ctx, true)
+	return out + "\nOldGenerationTasks: " + msg, err
+}
+
+// WaitOldTasks waits until the RuntimeImage's OldGenerationTasks condition is want and
+// returns its message.
+func (f *Flow) WaitOldTasks(ctx context.Context, want bool) (string, error) {
+	msg := ""
+	err := poll(ctx, waitLong, func(ctx context.Context) (bool, string, error) {
+		ri := &brewletv1.RuntimeImage{}
+		if err := f.Clients.CL.Get(ctx, client.ObjectKey{Name: RuntimeID}, ri); err != nil {
+			return false, "", err
+		}
+		c := meta.FindStatusCondition(ri.Status.Conditions, string(vocab.ConditionOldGenerationTasks))
+		if c == nil {
+			return false, "no OldGenerationTasks condition yet", nil
+		}
+		msg = c.Message
+		// The node's agent runs: its report is current (its Lease is the heartbeat).
+		for _, o := range ri.Status.TaskObservations {
+			if !o.Current {
+				return false, fmt.Sprintf("node %s's report is not current: %+v", o.NodeName, o), nil
+			}
+		}
+		return (c.Status == metav1.ConditionTrue) == want, fmt.Sprintf("OldGenerationTasks=%s: %s; observations %+v", c.Status, c.Message, ri.Status.TaskObservations), nil
+	})
+	return msg, err
 }
 
 func (f *Flow) restartApp(ctx context.Context) (string, error) {
@@ -344,5 +379,9 @@ func (f *Flow) restartApp(ctx context.Context) (string, error) {
 		return "", err
 	}
 	body, err := f.Ask(ctx, "/", "BREWLET_RUNTIME_GENERATION=2")
-	return "GET http://" + App + "." + AppNamespace + "/\n" + body, err
+	if err != nil {
+		return "", err
+	}
+	msg, err := f.WaitOldTasks(ctx, false)
+	return "GET http://" + App + "." + AppNamespace + "/\n" + body + "\nOldGenerationTasks: " + msg, err
 }

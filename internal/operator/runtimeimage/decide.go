@@ -24,7 +24,7 @@ const maxHoldersInMessage = 5
 // Decision is what one reconcile pass makes true.
 type Decision struct {
 	// Status is the desired status: the fields this controller owns recomputed, every
-	// other field (task observations, rotation restarts) kept as it was.
+	// other field (rotation restarts) kept as it was.
 	Status brewletv1.RuntimeImageStatus
 	// AddFinalizer: the object lacks the revocation finalizer and is not being deleted.
 	AddFinalizer bool
@@ -49,8 +49,9 @@ type Decision struct {
 // what makes "derived from the status read" equal to "derived from the status stored".
 //
 // maxFailures is the rotation's failure budget (rollout.maxFailures of the profiles that
-// offer the ID, the smallest when several do); see rotation.
-func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFailures int, now metav1.Time) Decision {
+// offer the ID, the smallest when several do); see rotation. fresh says whether a node's
+// agent is alive (its heartbeat is recent); see observeTasks.
+func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFailures int, fresh func(node string) bool, now metav1.Time) Decision {
 	st := *ri.Status.DeepCopy()
 	d := Decision{Holders: Holders(ri.Name, ri.UID, reports)}
 
@@ -95,6 +96,7 @@ func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFail
 	}
 	meta.SetStatusCondition(&st.Conditions, approved)
 	rotation(ri, &st, reports, maxFailures, now)
+	observeTasks(ri, &st, reports, fresh, now)
 	d.Status = st
 	d.Events = conditionEvents(ri.Status.Conditions, st.Conditions)
 

@@ -3,7 +3,11 @@ package runtimeimage
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,8 +22,9 @@ import (
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
-// IndexRuntimeID indexes NodeRuntimes by the runtime IDs their status reports, so a pass
-// reads only the nodes that report its ID, from the informer cache.
+// IndexRuntimeID indexes NodeRuntimes by the runtime IDs their status reports (installed or
+// running containers), so a pass reads only the nodes that report its ID, from the
+// informer cache.
 const IndexRuntimeID = "status.runtimes.id"
 
 // conflictAttempts bounds how often one pass re-reads and re-decides after losing an
@@ -38,7 +43,17 @@ type Reconciler struct {
 	Now func() metav1.Time
 	// Recorder records events on RuntimeImages (nil: none).
 	Recorder events.EventRecorder
+	// AgentNamespace holds the agents' per-node Leases, their heartbeats ("": every node
+	// counts as not reporting).
+	AgentNamespace string
+	// StaleAfter is how long a node's heartbeat may be old before its report is shown as
+	// not current (0: DefaultStaleAfter).
+	StaleAfter time.Duration
 }
+
+// DefaultStaleAfter: an agent renews its Lease every few seconds (a fifth of its lease
+// duration); a minute without renewal means it is gone, not slow.
+const DefaultStaleAfter = time.Minute
 
 // Reconcile brings one RuntimeImage's status and finalizer to what Decide says. Every write
 // carries the resourceVersion the decision was made from; on a conflict the object is read
@@ -61,6 +76,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			if ctx.Err() != nil {
 				return reconcile.Result{}, nil // stopping: the next leader decides again from the stored status
 			}
+			if err == nil && len(ri.Status.TaskObservations) > 0 {
+				// A heartbeat that stops changes no object: look again to mark the node.
+				return reconcile.Result{RequeueAfter: r.staleAfter()}, nil
+			}
 			return reconcile.Result{}, err
 		}
 		ri = &brewletv1.RuntimeImage{}
@@ -82,7 +101,12 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) error
 	if err != nil {
 		return err
 	}
-	d := Decide(ri, reports.Items, budget, r.now())
+	beats, err := r.heartbeats(ctx)
+	if err != nil {
+		return err
+	}
+	now := r.now()
+	d := Decide(ri, reports.Items, budget, func(node string) bool { return beats.Fresh(node, now.Time, r.staleAfter()) }, now)
 	if d.AddFinalizer {
 		controllerutil.AddFinalizer(ri, vocab.FinalizerRevocation)
 		if err := r.Client.Update(ctx, ri); err != nil {
@@ -147,6 +171,34 @@ func (r *Reconciler) failureBudget(ctx context.Context, id string) (int, error) 
 	return budget, nil
 }
 
+// heartbeats reads the agents' writer Leases from the informer cache: each agent renews its
+// node's Lease while it runs, which is the node's heartbeat (SPEC §3.3).
+func (r *Reconciler) heartbeats(ctx context.Context) (Heartbeats, error) {
+	out := Heartbeats{}
+	if r.AgentNamespace == "" {
+		return out, nil
+	}
+	var leases coordinationv1.LeaseList
+	if err := r.Client.List(ctx, &leases, client.InNamespace(r.AgentNamespace)); err != nil {
+		return nil, fmt.Errorf("list agent Leases in %s: %w", r.AgentNamespace, err)
+	}
+	for _, l := range leases.Items {
+		node, ok := strings.CutPrefix(l.Name, vocab.AgentLeasePrefix)
+		if !ok || l.Spec.RenewTime == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+			continue
+		}
+		out[node] = l.Spec.RenewTime.Time
+	}
+	return out, nil
+}
+
+func (r *Reconciler) staleAfter() time.Duration {
+	if r.StaleAfter > 0 {
+		return r.StaleAfter
+	}
+	return DefaultStaleAfter
+}
+
 func (r *Reconciler) now() metav1.Time {
 	if r.Now != nil {
 		return r.Now()
@@ -163,6 +215,11 @@ func RuntimeIDs(o client.Object) []string {
 	ids := make([]string, 0, len(nrt.Status.Runtimes))
 	for _, e := range nrt.Status.Runtimes {
 		ids = append(ids, e.ID)
+	}
+	for _, t := range nrt.Status.Tasks {
+		if !slices.Contains(ids, t.ID) {
+			ids = append(ids, t.ID)
+		}
 	}
 	return ids
 }

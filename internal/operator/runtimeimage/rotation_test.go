@@ -56,7 +56,7 @@ func TestRotation(t *testing.T) {
 			progress: "True/Rotating", complete: "False/Rotating"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Decide(tc.r, tc.reports, tc.budget, t1)
+			d := Decide(tc.r, tc.reports, tc.budget, allFresh, t1)
 			rot := d.Status.Rotation
 			if rot == nil || rot.Target.Generation != d.Status.Generation || rot.Target.Digest != d.Status.Digest || !rot.Target.AssignedAt.Equal(&t1) {
 				t.Fatalf("rotation target %+v, want generation %d %s assigned at %v", rot, d.Status.Generation, d.Status.Digest, t1)
@@ -88,7 +88,7 @@ func TestRotation(t *testing.T) {
 			// Idempotent: a second pass over the stored status changes nothing.
 			again := tc.r.DeepCopy()
 			again.Status = d.Status
-			if d2 := Decide(again, tc.reports, tc.budget, metav1.NewTime(t1.Add(3600e9))); !equality.Semantic.DeepEqual(d2.Status, d.Status) {
+			if d2 := Decide(again, tc.reports, tc.budget, allFresh, metav1.NewTime(t1.Add(3600e9))); !equality.Semantic.DeepEqual(d2.Status, d.Status) {
 				t.Fatalf("second pass changed the status:\n%+v\n%+v", d.Status.Rotation, d2.Status.Rotation)
 			}
 		})
@@ -99,9 +99,9 @@ func TestRotation(t *testing.T) {
 // the completed rotation complete; the next digest starts a new target.
 func TestRotationCompletedOncePerTarget(t *testing.T) {
 	r := ri(finalized, status(uid, 1, dA))
-	d := Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, ""))}, 1, t0)
+	d := Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, ""))}, 1, allFresh, t0)
 	r.Status = d.Status
-	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, "")), report("new", at(1, vocab.StateInstalling, ""))}, 1, t1)
+	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, "")), report("new", at(1, vocab.StateInstalling, ""))}, 1, allFresh, t1)
 	if at := d.Status.Rotation.RotationCompletedAt; at == nil || !at.Equal(&t0) {
 		t.Fatalf("rotationCompletedAt %v, want %v kept", at, t0)
 	}
@@ -110,7 +110,7 @@ func TestRotationCompletedOncePerTarget(t *testing.T) {
 	}
 	r.Status = d.Status
 	r.Spec.Source.Image = repo + dB
-	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, ""))}, 1, t1)
+	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, ""))}, 1, allFresh, t1)
 	if d.Status.Rotation.Target.Generation != 2 || d.Status.Rotation.RotationCompletedAt != nil || !d.Status.Rotation.Target.AssignedAt.Equal(&t1) {
 		t.Fatalf("a new digest must start a new target: %+v", d.Status.Rotation)
 	}
@@ -125,21 +125,21 @@ func TestEvents(t *testing.T) {
 		}
 		return strings.Join(out, ",")
 	}
-	d := Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateInstalling, ""))}, 0, t0)
+	d := Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateInstalling, ""))}, 0, allFresh, t0)
 	if got := reasons(d); got != "Normal/Approved,Normal/Rotating" {
 		t.Fatalf("first pass events %s", got)
 	}
 	r.Status = d.Status
-	if got := reasons(Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateInstalling, "")), report("b", at(1, vocab.StateReady, ""))}, 0, t1)); got != "" {
+	if got := reasons(Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateInstalling, "")), report("b", at(1, vocab.StateReady, ""))}, 0, allFresh, t1)); got != "" {
 		t.Fatalf("a count change is not an event: %s", got)
 	}
-	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateFailed, "PrivilegedRuntimeFile"))}, 0, t1)
+	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateFailed, "PrivilegedRuntimeFile"))}, 0, allFresh, t1)
 	if got := reasons(d); got != "Warning/RotationHalted" || !strings.Contains(d.Events[0].Message, "a: PrivilegedRuntimeFile") {
 		t.Fatalf("halt events %s %+v", got, d.Events)
 	}
 	r.Status = d.Status
 	r.Spec.Source.Image = repo + dA
-	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(3, vocab.StateReady, ""))}, 0, t1)
+	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(3, vocab.StateReady, ""))}, 0, allFresh, t1)
 	if got := reasons(d); got != "Normal/AllNodesCurrent,Normal/AllNodesCurrent" {
 		t.Fatalf("completion events %s", got)
 	}
