@@ -29,6 +29,7 @@ require (
 	k8s.io/cri-api v0.37.0
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	sigs.k8s.io/controller-runtime v0.25.2
+	software.sslmate.com/src/go-pkcs12 v0.7.4
 )
 
 require (

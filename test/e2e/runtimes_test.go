@@ -15,13 +15,14 @@ import (
 )
 
 // The local runtimes are real: built from Debian packages by hack/runtimes.sh, pushed to
-// a real registry, the two Python generations differ in exactly one layer, and the
-// interpreter runs from the image's root filesystem.
+// a real registry; the two generations of each runtime (Debian's release version and its
+// security update) share their base layer and differ in the runtime's own packages and the
+// metadata layer, and the interpreter runs from the image's root filesystem.
 func TestLocalRuntimes(t *testing.T) {
 	framework.RequireRoot(t)
 	reg := framework.StartRegistry(t)
 	refs := buildRuntimes(t, reg.Addr, "all")
-	for _, k := range []string{"busybox", "python1", "python2"} {
+	for _, k := range []string{"busybox", "python1", "python2", "jre-17-1", "jre-17-2", "node-18-1", "node-18-2", "static-1", "static-2"} {
 		if refs[k] == "" {
 			t.Fatalf("no %s reference in %v", k, refs)
 		}
@@ -46,9 +47,15 @@ func TestLocalRuntimes(t *testing.T) {
 		}
 		return out
 	}
-	g1, g2 := digests(refs["python1"]), digests(refs["python2"])
-	if len(g1) != 2 || len(g2) != 2 || g1[0] != g2[0] || g1[1] == g2[1] {
-		t.Fatalf("python generations should share the base layer and differ in the top one: %v vs %v", g1, g2)
+	for _, pair := range [][2]string{{"python1", "python2"}, {"jre-17-1", "jre-17-2"}, {"node-18-1", "node-18-2"}} {
+		g1, g2 := digests(refs[pair[0]]), digests(refs[pair[1]])
+		if len(g1) != 3 || len(g2) != 3 || g1[0] != g2[0] || g1[1] == g2[1] || g1[2] == g2[2] {
+			t.Fatalf("%s and %s should share the base layer and differ in the runtime and metadata layers: %v vs %v", pair[0], pair[1], g1, g2)
+		}
+	}
+	// The distroless runtime has no base: its packages (updated too) and its metadata.
+	if s1, s2 := digests(refs["static-1"]), digests(refs["static-2"]); len(s1) != 2 || len(s2) != 2 {
+		t.Fatalf("static generations: %v vs %v", s1, s2)
 	}
 	// Run the interpreter from generation 1's root filesystem.
 	d, _ := name.NewDigest(refs["python1"], name.Insecure)
