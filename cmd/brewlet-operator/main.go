@@ -7,6 +7,7 @@ import (
 	"flag"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -25,6 +26,17 @@ func main() {
 	flag.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a leader's Lease stays valid without renewal (failover takes up to this long)")
 	flag.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "a leader that cannot renew within this long stops reconciling")
 	flag.DurationVar(&o.RetryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to take the Lease")
+	flag.BoolVar(&o.RotationRestarts.Enabled, "rotation-restarts", false, "restart opted-in workloads (annotation brewlet.sh/restart-on-rotation) once a rotation reached every node")
+	flag.IntVar(&o.RotationRestarts.MaxConcurrent, "rotation-restart-max-concurrent", 5, "at most this many workloads restarting at once")
+	flag.DurationVar(&o.RotationRestarts.ProgressDeadline, "rotation-restart-progress-deadline", 10*time.Minute, "a restart not rolled out by then is reported Failed and frees its slot")
+	flag.Func("rotation-restart-namespaces", "comma-separated namespaces to restart workloads in (default: all)", func(v string) error {
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				o.RotationRestarts.Namespaces = append(o.RotationRestarts.Namespaces, n)
+			}
+		}
+		return nil
+	})
 	flag.IntVar(&o.Admission.Port, "webhook-port", 9443, "serve pod admission (HTTPS) on this port (0: off)")
 	flag.StringVar(&o.Admission.Host, "webhook-host", "", "serve pod admission on this address (default: all)")
 	flag.StringVar(&o.Admission.CertDir, "webhook-cert-dir", "", "write the pod admission serving certificate here (default: <tmp>/k8s-webhook-server/serving-certs)")

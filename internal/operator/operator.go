@@ -1,7 +1,8 @@
 // Package operator builds brewlet-operator: a controller-runtime manager with leader
 // election, /metrics, /healthz and /readyz, and one controller per kind (the RuntimeImage
-// controller, internal/operator/runtimeimage, and the NodeProfile controller,
-// internal/operator/nodeprofile).
+// controller, internal/operator/runtimeimage, the NodeProfile controller,
+// internal/operator/nodeprofile, and, when enabled, rotation restarts,
+// internal/operator/restarts).
 package operator
 
 import (
@@ -11,7 +12,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -24,6 +28,7 @@ import (
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/admission"
 	"brewlet.sh/brewlet/internal/operator/nodeprofile"
+	"brewlet.sh/brewlet/internal/operator/restarts"
 	"brewlet.sh/brewlet/internal/operator/runtimeimage"
 )
 
@@ -57,6 +62,8 @@ type Options struct {
 	// AgentNamespace is where the node agents keep their per-node Leases, read as the
 	// nodes' heartbeats ("": LeaderElectionNamespace, where the chart runs both).
 	AgentNamespace string
+	// RotationRestarts restarts opted-in workloads after a rotation (off by default).
+	RotationRestarts restarts.Options
 }
 
 // Scheme returns the types the operator reads and writes.
@@ -114,10 +121,23 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (manager.Manager, err
 	if agentNS == "" {
 		agentNS = o.LeaderElectionNamespace
 	}
+	mo.Cache.ByObject = map[client.Object]cache.ByObject{}
 	if agentNS != "" {
 		// Only the agents' namespace: Leases elsewhere are none of the operator's business.
-		mo.Cache.ByObject = map[client.Object]cache.ByObject{
-			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{agentNS: {}}}}
+		mo.Cache.ByObject[&coordinationv1.Lease{}] = cache.ByObject{Namespaces: map[string]cache.Config{agentNS: {}}}
+	}
+	if rr := o.RotationRestarts; rr.Enabled && len(rr.Namespaces) > 0 {
+		// Restarts limited to namespaces: workloads and pods elsewhere are not even read
+		// (the chart then grants the rights per namespace only).
+		ns := map[string]cache.Config{}
+		for _, n := range rr.Namespaces {
+			ns[n] = cache.Config{}
+		}
+		pod := &metav1.PartialObjectMetadata{}
+		pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+		for _, obj := range []client.Object{&appsv1.Deployment{}, &appsv1.StatefulSet{}, &appsv1.DaemonSet{}, pod} {
+			mo.Cache.ByObject[obj] = cache.ByObject{Namespaces: ns}
+		}
 	}
 	mgr, err := manager.New(cfg, mo)
 	if err != nil {
@@ -125,6 +145,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (manager.Manager, err
 	}
 	if err := runtimeimage.Setup(ctx, mgr, o.SkipNameValidation, agentNS); err != nil {
 		return nil, fmt.Errorf("RuntimeImage controller: %w", err)
+	}
+	if err := restarts.Setup(mgr, o.RotationRestarts, agentNS, o.SkipNameValidation); err != nil {
+		return nil, fmt.Errorf("rotation restarts: %w", err)
 	}
 	if err := nodeprofile.Setup(ctx, mgr, o.SkipNameValidation); err != nil {
 		return nil, fmt.Errorf("NodeProfile controller: %w", err)

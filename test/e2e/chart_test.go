@@ -69,6 +69,16 @@ func (rc chartObjects) find(kind, name string) *chartObject {
 
 func (rc chartObjects) has(kind, name string) bool { return rc.find(kind, name) != nil }
 
+// findIn returns the object of kind and name in namespace ns, or nil.
+func (rc chartObjects) findIn(kind, ns, name string) *chartObject {
+	for i := range rc {
+		if rc[i].Kind == kind && rc[i].Namespace == ns && rc[i].Name == name {
+			return &rc[i]
+		}
+	}
+	return nil
+}
+
 // decode fills obj from the object of kind and name, refusing fields the type lacks.
 func (rc chartObjects) decode(t *testing.T, kind, name string, obj any) {
 	t.Helper()
@@ -76,6 +86,22 @@ func (rc chartObjects) decode(t *testing.T, kind, name string, obj any) {
 	if r == nil {
 		t.Fatalf("chart chartObject no %s %s; it has %v", kind, name, rc.names())
 	}
+	r.decodeInto(t, obj)
+}
+
+// decodeIn is decode for the object of kind and name in namespace ns.
+func (rc chartObjects) decodeIn(t *testing.T, kind, ns, name string, obj any) {
+	t.Helper()
+	r := rc.findIn(kind, ns, name)
+	if r == nil {
+		t.Fatalf("chart renders no %s %s/%s; it has %v", kind, ns, name, rc.names())
+	}
+	r.decodeInto(t, obj)
+}
+
+func (r *chartObject) decodeInto(t *testing.T, obj any) {
+	t.Helper()
+	kind, name := r.Kind, r.Name
 	dec := json.NewDecoder(bytes.NewReader(r.JSON))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(obj); err != nil {
@@ -93,8 +119,21 @@ func (rc chartObjects) names() []string {
 
 func chartDir(t *testing.T) string { return filepath.Join(framework.RepoRoot(t), "charts", "brewlet") }
 
-// chartTemplate renders the chart with args (values flags) into namespace ns.
+// chartAPIVersions are the kinds a chartKubeVersion cluster announces that the chart asks
+// about (helm template alone announces group versions only, no kinds; a cluster's
+// discovery announces both).
+var chartAPIVersions = []string{"--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+	"--api-versions", "admissionregistration.k8s.io/v1/MutatingWebhookConfiguration"}
+
+// chartTemplate renders the chart with args (values flags) into namespace ns, as for a
+// chartKubeVersion cluster.
 func chartTemplate(t *testing.T, ns string, args ...string) (chartObjects, string, error) {
+	t.Helper()
+	return chartTemplateRaw(t, ns, append(slices.Clone(chartAPIVersions), args...)...)
+}
+
+// chartTemplateRaw renders the chart with args only: no kinds announced unless args do.
+func chartTemplateRaw(t *testing.T, ns string, args ...string) (chartObjects, string, error) {
 	t.Helper()
 	cmd := exec.Command(framework.Tool(t, "helm"), append([]string{"template", "brewlet", chartDir(t),
 		"--namespace", ns, "--kube-version", chartKubeVersion}, args...)...)
@@ -153,6 +192,12 @@ func TestChartLint(t *testing.T) {
 		{"lint", "--strict", dir, "--set-json", "provisioner.pools=" + chartPool},
 		{"lint", "--strict", dir, "--set-json", "provisioner.pools=" + chartPool, "--set", "metrics.enabled=true",
 			"--set", "admission.enabled=false", "--set", "provisioner.includeControlPlane=true"},
+		// helm lint announces no kinds: the restarts policy is rendered with
+		// requireAdmissionPolicy=false only.
+		{"lint", "--strict", dir, "--set-json", "provisioner.pools=" + chartPool, "--set", "operator.rotationRestarts.enabled=true",
+			"--set", "operator.rotationRestarts.requireAdmissionPolicy=false"},
+		{"lint", "--strict", dir, "--set-json", "provisioner.pools=" + chartPool, "--set", "operator.rotationRestarts.enabled=true",
+			"--set", "operator.rotationRestarts.requireAdmissionPolicy=false", "--set-json", `operator.rotationRestarts.namespaces=["a","b"]`},
 	} {
 		if out, err := exec.Command(helm, args...).CombinedOutput(); err != nil {
 			t.Errorf("helm %v: %v\n%s", args, err, out)
@@ -264,6 +309,11 @@ func chartCheckCommonWith(t *testing.T, rc chartObjects, ns, leaseName string, r
 				t.Errorf("cluster-scoped %s %s has namespace %q", r.Kind, r.Name, r.Namespace)
 			}
 		default:
+			// Rotation restarts limited to namespaces have their Roles there (checked by
+			// chartCheckRestarts).
+			if (r.Kind == "Role" || r.Kind == "RoleBinding") && r.Name == chartRestartsName {
+				continue
+			}
 			if r.Namespace != ns {
 				t.Errorf("%s %s in namespace %q, want the release namespace %q", r.Kind, r.Name, r.Namespace, ns)
 			}
@@ -360,7 +410,7 @@ func chartCheckCommonWith(t *testing.T, rc chartObjects, ns, leaseName string, r
 	chartWantVerbs(t, "provisioner", prRole.Rules, "coordination.k8s.io", "leases", "get", "create", "update")
 
 	// The node-scope policy is config/policy's with this release's service account.
-	wantVAP, wantBinding := chartPolicyFromConfig(t)
+	wantVAP, wantBinding := chartPolicyFromConfig(t, "provisioner-node-scope.yaml", "brewlet-provisioner-node-scope")
 	wantVAP.Spec.MatchConditions[0].Expression = "request.userInfo.username == 'system:serviceaccount:" + ns + ":brewlet-provisioner'"
 	vap := &admissionregistrationv1.ValidatingAdmissionPolicy{}
 	rc.decode(t, "ValidatingAdmissionPolicy", "brewlet-provisioner-node-scope", vap)
@@ -414,9 +464,10 @@ func chartCheckCommonWith(t *testing.T, rc chartObjects, ns, leaseName string, r
 	return dep, ds
 }
 
-func chartPolicyFromConfig(t *testing.T) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+// chartPolicyFromConfig reads the policy and binding named name from config/policy/file.
+func chartPolicyFromConfig(t *testing.T, file, name string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(framework.RepoRoot(t), "config", "policy", "provisioner-node-scope.yaml"))
+	b, err := os.ReadFile(filepath.Join(framework.RepoRoot(t), "config", "policy", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,10 +476,86 @@ func chartPolicyFromConfig(t *testing.T) (*admissionregistrationv1.ValidatingAdm
 		t.Fatal(err)
 	}
 	vap := &admissionregistrationv1.ValidatingAdmissionPolicy{}
-	rc.decode(t, "ValidatingAdmissionPolicy", "brewlet-provisioner-node-scope", vap)
+	rc.decode(t, "ValidatingAdmissionPolicy", name, vap)
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-	rc.decode(t, "ValidatingAdmissionPolicyBinding", "brewlet-provisioner-node-scope", binding)
+	rc.decode(t, "ValidatingAdmissionPolicyBinding", name, binding)
 	return vap, binding
+}
+
+// chartRestartsName names the rotation restarts' RBAC objects and admission policy.
+const chartRestartsName = "brewlet-operator-restarts"
+
+// chartRestartsArgs turn rotation restarts on.
+var chartRestartsArgs = []string{"--set", "operator.rotationRestarts.enabled=true"}
+
+// chartWorkloadRights returns every rule of the render granting anything on apps
+// Deployments, StatefulSets or DaemonSets, or on pods, by role ("Kind ns/name").
+func chartWorkloadRights(t *testing.T, rc chartObjects) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, r := range rc {
+		var rules []rbacv1.PolicyRule
+		switch r.Kind {
+		case "ClusterRole":
+			cr := &rbacv1.ClusterRole{}
+			r.decodeInto(t, cr)
+			rules = cr.Rules
+		case "Role":
+			ro := &rbacv1.Role{}
+			r.decodeInto(t, ro)
+			rules = ro.Rules
+		default:
+			continue
+		}
+		for _, gr := range [][2]string{{"apps", "deployments"}, {"apps", "statefulsets"}, {"apps", "daemonsets"}, {"", "pods"}, {"*", "*"}} {
+			if v, _ := chartRule(rules, gr[0], gr[1]); len(v) > 0 {
+				key := r.Kind + " " + r.Namespace + "/" + r.Name
+				out[key] = append(out[key], fmt.Sprintf("%s/%s %v", gr[0], gr[1], v))
+			}
+		}
+	}
+	return out
+}
+
+// chartWantRestartRules asserts the rules of rotation restarts: the three workload kinds
+// read and patched, their pods read.
+func chartWantRestartRules(t *testing.T, role string, rules []rbacv1.PolicyRule) {
+	t.Helper()
+	for _, res := range []string{"deployments", "statefulsets", "daemonsets"} {
+		chartWantVerbs(t, role, rules, "apps", res, "get", "list", "watch", "patch", "update")
+	}
+	chartWantVerbs(t, role, rules, "", "pods", "get", "list", "watch")
+	if len(rules) != 2 {
+		t.Errorf("%s: %d rules, want exactly the workloads and their pods: %+v", role, len(rules), rules)
+	}
+}
+
+// chartCheckRestartPolicy asserts that the render holds the restarts policy of
+// config/policy with the operator's service account of namespace ns, and its binding.
+func chartCheckRestartPolicy(t *testing.T, rc chartObjects, ns string) {
+	t.Helper()
+	wantVAP, wantBinding := chartPolicyFromConfig(t, "operator-restarts.yaml", chartRestartsName)
+	wantVAP.Spec.MatchConditions[0].Expression = "request.userInfo.username == 'system:serviceaccount:" + ns + ":brewlet-operator'"
+	vap := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	rc.decode(t, "ValidatingAdmissionPolicy", chartRestartsName, vap)
+	if !equality.Semantic.DeepEqual(vap.Spec, wantVAP.Spec) {
+		t.Errorf("chart's restarts policy differs from config/policy/operator-restarts.yaml:\n got %+v\nwant %+v", vap.Spec, wantVAP.Spec)
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	rc.decode(t, "ValidatingAdmissionPolicyBinding", chartRestartsName, binding)
+	if !equality.Semantic.DeepEqual(binding.Spec, wantBinding.Spec) {
+		t.Errorf("restarts policy binding %+v, want %+v", binding.Spec, wantBinding.Spec)
+	}
+}
+
+// chartCheckBinding asserts that binding (a RoleBinding or ClusterRoleBinding) gives role
+// kind/name to the operator's service account of namespace ns, and nothing else.
+func chartCheckBinding(t *testing.T, what string, ref rbacv1.RoleRef, subjects []rbacv1.Subject, kind, name, ns string) {
+	t.Helper()
+	if ref.Kind != kind || ref.Name != name || len(subjects) != 1 || subjects[0].Kind != "ServiceAccount" ||
+		subjects[0].Name != "brewlet-operator" || subjects[0].Namespace != ns {
+		t.Errorf("%s binds %+v to %+v, want %s %s to service account %s/brewlet-operator", what, ref, subjects, kind, name, ns)
+	}
 }
 
 // chartHostPaths maps each hostPath volume's host path to the path it is mounted at.
@@ -770,6 +897,125 @@ func TestChartTemplate(t *testing.T) {
 		}
 	})
 
+	t.Run("rotation restarts off: no rights on workloads, no restarts policy", func(t *testing.T) {
+		rc := chartMustRender(t, chartNS, pools...)
+		chartCheckCommon(t, rc, chartNS)
+		if rights := chartWorkloadRights(t, rc); len(rights) != 0 {
+			t.Errorf("rights on workloads or pods without rotation restarts: %v", rights)
+		}
+		for _, kind := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+			if rc.has(kind, chartRestartsName) {
+				t.Errorf("%s %s rendered with rotation restarts off", kind, chartRestartsName)
+			}
+		}
+		oc := rc.find("Deployment", "brewlet-operator")
+		if oc == nil || strings.Contains(string(oc.JSON), "--rotation-restart") {
+			t.Errorf("operator Deployment runs rotation restarts while they are off")
+		}
+	})
+
+	t.Run("rotation restarts in every namespace: a ClusterRole and the policy", func(t *testing.T) {
+		for _, ns := range []string{chartNS, "other-ns"} {
+			rc := chartMustRender(t, ns, with(append(slices.Clone(chartRestartsArgs), "--set", "operator.rotationRestarts.maxConcurrent=7",
+				"--set", "operator.rotationRestarts.progressDeadline=90s")...)...)
+			dep, _ := chartCheckCommon(t, rc, ns)
+			oc := dep.Spec.Template.Spec.Containers[0]
+			chartWantArg(t, oc, "--rotation-restarts", "")
+			chartWantArg(t, oc, "--rotation-restart-max-concurrent", "7")
+			chartWantArg(t, oc, "--rotation-restart-progress-deadline", "90s")
+			chartNoArg(t, oc, "--rotation-restart-namespaces")
+			cr := &rbacv1.ClusterRole{}
+			rc.decode(t, "ClusterRole", chartRestartsName, cr)
+			chartWantRestartRules(t, "ClusterRole "+chartRestartsName, cr.Rules)
+			crb := &rbacv1.ClusterRoleBinding{}
+			rc.decode(t, "ClusterRoleBinding", chartRestartsName, crb)
+			chartCheckBinding(t, "ClusterRoleBinding "+chartRestartsName, crb.RoleRef, crb.Subjects, "ClusterRole", chartRestartsName, ns)
+			// These are the only rights on workloads and pods.
+			rights := chartWorkloadRights(t, rc)
+			if _, ok := rights["ClusterRole /"+chartRestartsName]; !ok || len(rights) != 1 {
+				t.Errorf("rights on workloads: %v, want only ClusterRole %s", rights, chartRestartsName)
+			}
+			if rc.has("Role", chartRestartsName) || rc.has("RoleBinding", chartRestartsName) {
+				t.Errorf("Roles for rotation restarts without namespaces: %v", rc.names())
+			}
+			chartCheckRestartPolicy(t, rc, ns)
+		}
+	})
+
+	t.Run("rotation restarts in namespaces: a Role in each, nothing cluster-wide", func(t *testing.T) {
+		rc := chartMustRender(t, chartNS, with(append(slices.Clone(chartRestartsArgs),
+			"--set-json", `operator.rotationRestarts.namespaces=["a","b"]`)...)...)
+		dep, _ := chartCheckCommon(t, rc, chartNS)
+		chartWantArg(t, dep.Spec.Template.Spec.Containers[0], "--rotation-restart-namespaces", "a,b")
+		want := map[string]bool{}
+		for _, ns := range []string{"a", "b"} {
+			role := &rbacv1.Role{}
+			rc.decodeIn(t, "Role", ns, chartRestartsName, role)
+			chartWantRestartRules(t, "Role "+ns+"/"+chartRestartsName, role.Rules)
+			rb := &rbacv1.RoleBinding{}
+			rc.decodeIn(t, "RoleBinding", ns, chartRestartsName, rb)
+			chartCheckBinding(t, "RoleBinding "+ns+"/"+chartRestartsName, rb.RoleRef, rb.Subjects, "Role", chartRestartsName, chartNS)
+			want["Role "+ns+"/"+chartRestartsName] = true
+		}
+		rights := chartWorkloadRights(t, rc)
+		for role := range rights {
+			if !want[role] {
+				t.Errorf("%s grants %v: with namespaces, only their Roles may", role, rights[role])
+			}
+		}
+		if len(rights) != len(want) {
+			t.Errorf("rights on workloads %v, want exactly the Roles %v", rights, want)
+		}
+		if rc.has("ClusterRole", chartRestartsName) || rc.has("ClusterRoleBinding", chartRestartsName) {
+			t.Errorf("cluster-wide restart rights with namespaces: %v", rc.names())
+		}
+		for _, r := range rc {
+			if (r.Kind == "Role" || r.Kind == "RoleBinding") && r.Name == chartRestartsName && r.Namespace != "a" && r.Namespace != "b" {
+				t.Errorf("%s %s in namespace %q", r.Kind, r.Name, r.Namespace)
+			}
+		}
+		chartCheckRestartPolicy(t, rc, chartNS)
+	})
+
+	t.Run("rotation restarts and the admission policy API", func(t *testing.T) {
+		vap := "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
+		mwc := "admissionregistration.k8s.io/v1/MutatingWebhookConfiguration"
+		relaxed := "operator.rotationRestarts.requireAdmissionPolicy=false"
+		// Required (the default), the chart refuses to render unless the API is announced:
+		// helm template alone announces no kinds; a cluster without the API announces others.
+		for _, kinds := range [][]string{nil, {"--api-versions", mwc}} {
+			_, out, err := chartTemplateRaw(t, chartNS, with(append(slices.Clone(chartRestartsArgs), kinds...)...)...)
+			if err == nil || !strings.Contains(out, "does not serve admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy") ||
+				!strings.Contains(out, "requireAdmissionPolicy=false") || !strings.Contains(out, "--api-versions") {
+				t.Errorf("restarts without the policy API (kinds %v): err %v, want the chart's refusal\n%s", kinds, err, out)
+			}
+		}
+		rc, out, err := chartTemplateRaw(t, chartNS, with(append(slices.Clone(chartRestartsArgs), "--api-versions", vap)...)...)
+		if err != nil {
+			t.Fatalf("restarts with the policy API announced: %v\n%s", err, out)
+		}
+		chartCheckRestartPolicy(t, rc, chartNS)
+		// Not required: RBAC alone where the API is known to be missing, the policy
+		// wherever it exists or cannot be known (helm template alone).
+		for _, c := range []struct {
+			kinds  []string
+			policy bool
+		}{{[]string{"--api-versions", mwc}, false}, {[]string{"--api-versions", mwc, "--api-versions", vap}, true}, {nil, true}} {
+			rc, out, err := chartTemplateRaw(t, chartNS, with(append(slices.Clone(chartRestartsArgs), append([]string{"--set", relaxed}, c.kinds...)...)...)...)
+			if err != nil {
+				t.Errorf("requireAdmissionPolicy=false, kinds %v: %v\n%s", c.kinds, err, out)
+				continue
+			}
+			if !rc.has("ClusterRole", chartRestartsName) {
+				t.Errorf("requireAdmissionPolicy=false, kinds %v: no restart rights: %v", c.kinds, rc.names())
+			}
+			if rc.has("ValidatingAdmissionPolicy", chartRestartsName) != c.policy || rc.has("ValidatingAdmissionPolicyBinding", chartRestartsName) != c.policy {
+				t.Errorf("requireAdmissionPolicy=false, kinds %v: policy rendered %v, want %v", c.kinds,
+					rc.has("ValidatingAdmissionPolicy", chartRestartsName), c.policy)
+			}
+		}
+	})
+
 	t.Run("schema refuses invalid values", func(t *testing.T) {
 		for _, c := range []struct {
 			args []string
@@ -785,6 +1031,15 @@ func TestChartTemplate(t *testing.T) {
 			{with("--set", "apiServer.port=0"), "/apiServer/port'"},
 			{[]string{"--set-json", `provisioner.pools=[{"key":"pool","values":[]}]`}, "values"},
 			{[]string{"--set-json", `provisioner.pools=[{"key":"pool","names":["a"]}]`}, "names"},
+			{with("--set", "operator.rotationRestarts.maxConcurrent=0"), "/operator/rotationRestarts/maxConcurrent'"},
+			{with("--set", "operator.rotationRestarts.maxConcurrent=101"), "/operator/rotationRestarts/maxConcurrent'"},
+			{with("--set", "operator.rotationRestarts.progressDeadline=10 minutes"), "/operator/rotationRestarts/progressDeadline'"},
+			{with("--set", "operator.rotationRestarts.progressDeadline=10"), "/operator/rotationRestarts/progressDeadline'"},
+			{with("--set", "operator.rotationRestarts.enabled=on"), "/operator/rotationRestarts/enabled'"},
+			{with("--set-json", `operator.rotationRestarts.namespaces=["Apps_Prod"]`), "/operator/rotationRestarts/namespaces/0'"},
+			{with("--set-json", `operator.rotationRestarts.namespaces=["a","a"]`), "/operator/rotationRestarts/namespaces'"},
+			{with("--set-json", `operator.rotationRestarts.namespaces=["apps","kube-system"]`), "/operator/rotationRestarts/namespaces/1'"},
+			{with("--set", "operator.rotationRestarts.namespace=apps"), "namespace"},
 		} {
 			_, out, err := chartTemplate(t, chartNS, c.args...)
 			if err == nil || !strings.Contains(out, "values don't meet the specifications of the schema") || !strings.Contains(out, c.want) {

@@ -69,6 +69,75 @@ func TestFirstHourOnKubelet(t *testing.T) {
 	t.Run("agent down: running pods untouched, new pods wait on the fence until it is back", func(t *testing.T) {
 		firstHourAgentDown(t, f)
 	})
+	t.Run("another rotation: the opted-in app moves, a Deployment that did not opt in stays and is listed", func(t *testing.T) {
+		firstHourSecondRotation(t, f)
+	})
+}
+
+// A Deployment that did not opt in runs beside the app; the runtime rotates again (back to
+// the first digest: a new generation). The app is restarted onto it and `kubectl rollout
+// status` succeeds; the other keeps its pods, which taskObservations lists as current (the
+// node's agent renews its Lease).
+func firstHourSecondRotation(t *testing.T, f *firsthour.Flow) {
+	ctx := context.Background()
+	manual := f.AppDeployment()
+	manual.Name, manual.Annotations = "manual", nil
+	manual.Spec.Replicas = ptr.To[int32](1)
+	manual.Spec.Selector.MatchLabels = map[string]string{"app": "manual"}
+	manual.Spec.Template.Labels = map[string]string{"app": "manual"}
+	if err := f.Clients.CL.Create(ctx, manual); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WaitDeployment(ctx, "manual"); err != nil {
+		t.Fatal(err)
+	}
+	ri := &brewletv1.RuntimeImage{}
+	if err := f.Clients.CL.Get(ctx, client.ObjectKey{Name: firsthour.RuntimeID}, ri); err != nil {
+		t.Fatal(err)
+	}
+	from := ri.Status.Generation
+	ri.Spec.Source.Image = f.Runtimes["python1"]
+	if err := f.Clients.CL.Update(ctx, ri); err != nil {
+		t.Fatal(err)
+	}
+	_, digest, _ := strings.Cut(f.Runtimes["python1"], "@")
+	if err := f.WaitRotated(ctx, digest); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "the app restarted onto the new generation, the other listed", func() (bool, string) {
+		got := &brewletv1.RuntimeImage{}
+		if err := f.Clients.CL.Get(ctx, client.ObjectKey{Name: firsthour.RuntimeID}, got); err != nil {
+			return false, err.Error()
+		}
+		manualListed, appListed := false, false
+		for _, o := range got.Status.TaskObservations {
+			for _, b := range o.Bindings {
+				if strings.HasPrefix(b.PodName, "manual-") && o.Current && b.Generation == from {
+					manualListed = true
+				}
+				if strings.HasPrefix(b.PodName, firsthour.App+"-") {
+					appListed = true
+				}
+			}
+		}
+		done := false
+		if got.Status.Rotation != nil {
+			for _, r := range got.Status.Rotation.Restarts {
+				done = done || (r.Name == firsthour.App && r.Outcome == "Succeeded")
+			}
+		}
+		return done && manualListed && !appListed, fmt.Sprintf("generation %d, restarts %+v, observations %+v", got.Status.Generation, got.Status.Rotation, got.Status.TaskObservations)
+	})
+	if out, err := f.Kubectl(ctx, "-n", firsthour.AppNamespace, "rollout", "status", "deployment/"+firsthour.App, "--timeout=2m"); err != nil {
+		t.Fatalf("kubectl rollout status: %v\n%s", err, out)
+	}
+	d := &appsv1.Deployment{}
+	if err := f.Clients.CL.Get(ctx, client.ObjectKey{Namespace: firsthour.AppNamespace, Name: "manual"}, d); err != nil {
+		t.Fatal(err)
+	}
+	if b := d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration]; b != "" {
+		t.Errorf("a Deployment that did not opt in was restarted: barrier %s", b)
+	}
 }
 
 // firstHourPod is a Brewlet pod of the app image as a developer writes it.

@@ -125,14 +125,23 @@ func saClient(t *testing.T, admin *rest.Config, ns, sa string, pod *corev1.Pod) 
 // refuses the agent's write to another node's NodeRuntime.
 func waitNodeScopeDenies(t *testing.T, agent client.Client, other string) {
 	t.Helper()
+	waitDenied(t, "write to another node's NodeRuntime", "agents write only their own node", func() error {
+		return writeStatus(context.Background(), agent, other)
+	})
+}
+
+// waitDenied retries write until it fails with an error mentioning want, for 30s: an
+// admission policy and its binding, like an RBAC change, take effect asynchronously.
+func waitDenied(t *testing.T, what, want string, write func() error) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		err := writeStatus(context.Background(), agent, other)
-		if err != nil && strings.Contains(err.Error(), "agents write only their own node") {
+		err := write()
+		if err != nil && strings.Contains(err.Error(), want) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("write to another node's NodeRuntime not denied: %v", err)
+			t.Fatalf("%s not denied: %v", what, err)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}

@@ -44,9 +44,15 @@ type runningOperator struct {
 // reconciles at once, beside any other replica (a split brain).
 func startOperator(t *testing.T, cp *framework.ControlPlane, leaderElection bool) *runningOperator {
 	t.Helper()
-	op := startOperatorProcess(t, cp, operatorToken(t, cp), chartNS, "--webhook-port=0",
-		fmt.Sprintf("--leader-elect=%t", leaderElection), "--leader-election-lease-duration=4s",
-		"--leader-election-renew-deadline=3s", "--leader-election-retry-period=500ms")
+	return startOperatorFlags(t, cp, nil, fmt.Sprintf("--leader-elect=%t", leaderElection))
+}
+
+// startOperatorFlags is startOperator with the chart rendered with chartArgs for its RBAC
+// and the operator's own extra flags.
+func startOperatorFlags(t *testing.T, cp *framework.ControlPlane, chartArgs []string, flags ...string) *runningOperator {
+	t.Helper()
+	op := startOperatorProcess(t, cp, operatorToken(t, cp, chartArgs...), chartNS, append([]string{"--webhook-port=0",
+		"--leader-election-lease-duration=4s", "--leader-election-renew-deadline=3s", "--leader-election-retry-period=500ms"}, flags...)...)
 	var once sync.Once
 	ro := &runningOperator{probe: op.ProbeAddr, metrics: op.MetricsAddr,
 		stop: func() { once.Do(func() { op.stop(t, 30*time.Second) }) }}

@@ -60,17 +60,20 @@ func buildOperator(t *testing.T) string {
 	return operatorBin
 }
 
-// operatorToken installs the chart's operator RBAC (service account, roles, bindings; the
-// chart rendered with helm, nothing else of it) in chartNS once per control plane, and
-// returns a fresh token of that service account.
-func operatorToken(t *testing.T, cp *framework.ControlPlane) string {
+// operatorToken installs the chart's operator RBAC (service account, roles, bindings) and
+// the admission policies that confine it (the chart rendered with helm and chartArgs,
+// nothing else of it) in chartNS, and returns a fresh token of that service account.
+// Objects that exist are kept.
+func operatorToken(t *testing.T, cp *framework.ControlPlane, chartArgs ...string) string {
 	t.Helper()
 	ctx := context.Background()
 	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNS}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	rbac := map[string]bool{"ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true}
-	for _, o := range chartMustRender(t, chartNS, "--set", "provisioner.enabled=false") {
+	// Its RBAC, and the admission policy that confines its workload patches (restarts).
+	rbac := map[string]bool{"ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true,
+		"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
+	for _, o := range chartMustRender(t, chartNS, append([]string{"--set", "provisioner.enabled=false"}, chartArgs...)...) {
 		if !rbac[o.Kind] || !strings.HasPrefix(o.Name, "brewlet-operator") {
 			continue
 		}

@@ -108,14 +108,14 @@ type Step struct {
 func (f *Flow) Steps() []Step {
 	return []Step{
 		{"Build Brewlet's operator and provisioner images and push them to the node's registry", f.buildImages},
-		{"Build the CPython runtime from Debian packages (generations 1 and 2)", f.buildRuntimes},
+		{"Build the CPython runtime from Debian packages: bookworm (generation 1) and its security update (generation 2)", f.buildRuntimes},
 		{"Install the Helm chart (CRDs, operator, node agent on pool " + cluster.PoolName + ", admission)", f.installChart},
 		{"Approve the CPython runtime (RuntimeImage " + RuntimeID + ") for the node pool (NodeProfile " + Profile + ")", f.approveRuntime},
 		{"Publish the web app: an image holding only /app", f.publishApp},
 		{"Deploy it: runtimeClassName brewlet, no securityContext", f.deployApp},
 		{"Ask the app through its Service", f.ask},
-		{"Rotate the runtime to generation 2 (one digest change, no app rebuilt)", f.rotate},
-		{"Restart the app's pods onto generation 2 and ask again", f.restartApp},
+		{"Rotate the runtime to generation 2, the security update (one digest change, no app rebuilt)", f.rotate},
+		{"The operator restarts the app (it opted in) onto generation 2; ask again", f.restartApp},
 	}
 }
 

@@ -72,7 +72,8 @@ func (f *Flow) chartValues() map[string]any {
 	}
 	return map[string]any{
 		"apiServer": map[string]any{"host": f.C.APIHost, "port": f.C.APIPort},
-		"operator":  map[string]any{"replicas": 1, "image": image("brewlet-operator")},
+		"operator": map[string]any{"replicas": 1, "image": image("brewlet-operator"),
+			"rotationRestarts": map[string]any{"enabled": true}},
 		"provisioner": map[string]any{
 			"image":       image("brewlet-provisioner"),
 			"pools":       []any{map[string]any{"key": cluster.PoolKey, "values": []string{cluster.PoolName}}},
@@ -214,7 +215,9 @@ func (f *Flow) publishApp(ctx context.Context) (string, error) {
 func (f *Flow) AppDeployment() *appsv1.Deployment {
 	replicas, no := int32(2), false
 	labels := map[string]string{"app": App}
-	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: App, Namespace: AppNamespace},
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: App, Namespace: AppNamespace,
+		// Opted in: after a rotation reaches every node, the operator restarts it.
+		Annotations: map[string]string{vocab.AnnotationRestartOnRotation: "true"}},
 		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{vocab.AnnotationRuntimeImage: RuntimeID}},
@@ -314,8 +317,7 @@ func (f *Flow) rotate(ctx context.Context) (string, error) {
 		return "", err
 	}
 	target := f.Runtimes["python2"]
-	rotated := ri.Spec.Source.Image != target
-	if rotated {
+	if ri.Spec.Source.Image != target {
 		ri.Spec.Source.Image = target
 		if err := f.Clients.CL.Update(ctx, ri); err != nil {
 			return "", err
@@ -325,14 +327,7 @@ func (f *Flow) rotate(ctx context.Context) (string, error) {
 	if err := f.WaitRotated(ctx, digest); err != nil {
 		return "", err
 	}
-	out, err := f.Kubectl(ctx, "get", "runtimeimage", RuntimeID, "-o", "wide")
-	if err != nil || !rotated {
-		return out, err
-	}
-	// The app's pods still run generation 1: the node reports them, the RuntimeImage
-	// lists them.
-	msg, err := f.WaitOldTasks(ctx, true)
-	return out + "\nOldGenerationTasks: " + msg, err
+	return f.Kubectl(ctx, "get", "runtimeimage", RuntimeID, "-o", "wide")
 }
 
 // WaitOldTasks waits until the RuntimeImage's OldGenerationTasks condition is want and
@@ -361,19 +356,27 @@ func (f *Flow) WaitOldTasks(ctx context.Context, want bool) (string, error) {
 }
 
 func (f *Flow) restartApp(ctx context.Context) (string, error) {
-	// What `kubectl rollout restart` does. Restarting workloads after a rotation is the
-	// operator's job once rotation restarts exist (planned); until then it is this step.
-	d := &appsv1.Deployment{}
-	if err := f.Clients.CL.Get(ctx, client.ObjectKey{Namespace: AppNamespace, Name: App}, d); err != nil {
-		return "", err
-	}
-	patch := client.MergeFrom(d.DeepCopy())
-	if d.Spec.Template.Annotations == nil {
-		d.Spec.Template.Annotations = map[string]string{}
-	}
-	d.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] = time.Now().Format(time.RFC3339)
-	if err := f.Clients.CL.Patch(ctx, d, patch); err != nil {
-		return "", err
+	// The Deployment opted in (brewlet.sh/restart-on-rotation): once the rotation reached
+	// every node, the operator set the pod-template barrier and the Deployment's own
+	// rolling update replaces the pods. Nothing is done by hand here.
+	var rec string
+	if err := poll(ctx, waitLong, func(ctx context.Context) (bool, string, error) {
+		ri := &brewletv1.RuntimeImage{}
+		if err := f.Clients.CL.Get(ctx, client.ObjectKey{Name: RuntimeID}, ri); err != nil {
+			return false, "", err
+		}
+		if ri.Status.Rotation == nil {
+			return false, "no rotation status yet", nil
+		}
+		for _, r := range ri.Status.Rotation.Restarts {
+			if r.Kind == "Deployment" && r.Namespace == AppNamespace && r.Name == App {
+				rec = fmt.Sprintf("%s %s/%s: %s (%s)", r.Kind, r.Namespace, r.Name, r.Outcome, r.Message)
+				return r.Outcome == "Succeeded", rec, nil
+			}
+		}
+		return false, fmt.Sprintf("no restart record for the app: %+v", ri.Status.Rotation.Restarts), nil
+	}); err != nil {
+		return "", fmt.Errorf("%w\n%s", err, f.describe(ctx, AppNamespace))
 	}
 	if err := f.WaitDeployment(ctx, App); err != nil {
 		return "", err
@@ -383,5 +386,5 @@ func (f *Flow) restartApp(ctx context.Context) (string, error) {
 		return "", err
 	}
 	msg, err := f.WaitOldTasks(ctx, false)
-	return "GET http://" + App + "." + AppNamespace + "/\n" + body + "\nOldGenerationTasks: " + msg, err
+	return "restart: " + rec + "\nGET http://" + App + "." + AppNamespace + "/\n" + body + "\nOldGenerationTasks: " + msg, err
 }

@@ -171,16 +171,22 @@ func (r *Reconciler) failureBudget(ctx context.Context, id string) (int, error) 
 	return budget, nil
 }
 
-// heartbeats reads the agents' writer Leases from the informer cache: each agent renews its
-// node's Lease while it runs, which is the node's heartbeat (SPEC §3.3).
+// heartbeats reads the agents' Leases (ReadHeartbeats).
 func (r *Reconciler) heartbeats(ctx context.Context) (Heartbeats, error) {
+	return ReadHeartbeats(ctx, r.Client, r.AgentNamespace)
+}
+
+// ReadHeartbeats reads the agents' writer Leases in namespace from c (the informer cache):
+// each agent renews its node's Lease while it runs, which is the node's heartbeat (SPEC
+// §3.3). An empty namespace yields none: every node counts as not reporting.
+func ReadHeartbeats(ctx context.Context, c client.Reader, namespace string) (Heartbeats, error) {
 	out := Heartbeats{}
-	if r.AgentNamespace == "" {
+	if namespace == "" {
 		return out, nil
 	}
 	var leases coordinationv1.LeaseList
-	if err := r.Client.List(ctx, &leases, client.InNamespace(r.AgentNamespace)); err != nil {
-		return nil, fmt.Errorf("list agent Leases in %s: %w", r.AgentNamespace, err)
+	if err := c.List(ctx, &leases, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("list agent Leases in %s: %w", namespace, err)
 	}
 	for _, l := range leases.Items {
 		node, ok := strings.CutPrefix(l.Name, vocab.AgentLeasePrefix)

@@ -1,0 +1,250 @@
+// Package restarts is the rotation restart controller: after a RuntimeImage's rotation has
+// reached every node, it restarts the workloads that opted in (annotation
+// brewlet.sh/restart-on-rotation: "true" on the Deployment, StatefulSet or DaemonSet) and
+// still run containers on an older generation, by setting the pod-template barrier
+// annotation brewlet.sh/rotated-to-generation, so the workload's own strategy replaces its
+// pods. It never deletes pods or changes strategies. Decisions are pure functions of the
+// RuntimeImage, the workloads, their pods and the nodes' reports (this file); the
+// reconciler reads, decides, patches and records.
+package restarts
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// Outcomes of a workload restart (status.rotation.restarts[].outcome).
+const (
+	OutcomePending       = "Pending"       // needs a restart; waits for a slot
+	OutcomeInProgress    = "InProgress"    // barrier set; the rollout runs
+	OutcomeSucceeded     = "Succeeded"     // the rollout finished on the target
+	OutcomeFailed        = "Failed"        // the rollout missed its progress deadline
+	OutcomeDeferred      = "Deferred"      // paused, partitioned, or a barrier of another epoch
+	OutcomeNotApplicable = "NotApplicable" // OnDelete: pods are replaced only when deleted
+)
+
+// MaxRecorded bounds status.rotation.restarts; the counts in the condition stay exact.
+const MaxRecorded = 100
+
+// Barrier is the value of the pod-template annotation brewlet.sh/rotated-to-generation.
+type Barrier struct {
+	ID         string    `json:"id"`
+	Epoch      types.UID `json:"epoch"`
+	Generation int64     `json:"generation"`
+}
+
+// String is the annotation's value.
+func (b Barrier) String() string {
+	out, _ := json.Marshal(b)
+	return string(out)
+}
+
+// ParseBarrier reads an annotation value; ok is false when it is absent or unreadable
+// (anyone can write a pod-template annotation: it is only ever compared, never trusted).
+func ParseBarrier(v string) (Barrier, bool) {
+	var b Barrier
+	if v == "" || json.Unmarshal([]byte(v), &b) != nil || b.ID == "" {
+		return Barrier{}, false
+	}
+	return b, true
+}
+
+// Workload is what the decision needs of a Deployment, StatefulSet or DaemonSet.
+type Workload struct {
+	Kind, Namespace, Name string
+	// Barrier is the pod template's current barrier annotation ("" when none).
+	Barrier string
+	// NotApplicable: OnDelete (pods are replaced only when someone deletes them).
+	NotApplicable bool
+	// Deferred: paused (Deployment) or partitioned (StatefulSet), with the reason.
+	Deferred string
+	// RolledOut: every replica runs the current template and is available.
+	RolledOut bool
+	// Pods are the workload's pods (by its selector) running this runtime ID.
+	Pods []Pod
+}
+
+// Key identifies a workload in status and events.
+func (w Workload) Key() string { return w.Kind + "/" + w.Namespace + "/" + w.Name }
+
+// Pod is one pod of a workload.
+type Pod struct {
+	UID     types.UID
+	Created time.Time
+}
+
+// Policy is the chart's operator.rotationRestarts.
+type Policy struct {
+	MaxConcurrent    int
+	ProgressDeadline time.Duration
+}
+
+// Target is the generation workloads move to, once every node serves it.
+type Target struct {
+	Barrier
+	// CompletedAt is the rotation's rotationCompletedAt (zero while it is incomplete).
+	CompletedAt time.Time
+}
+
+// TargetOf returns the RuntimeImage's restart target; ok is false while its current
+// generation has not reached every node (restarts would land pods on nodes still
+// installing).
+func TargetOf(ri *brewletv1.RuntimeImage) (Target, bool) {
+	st := ri.Status
+	rot := st.Rotation
+	if st.Epoch != ri.UID || st.Generation < 1 || rot == nil || rot.RotationCompletedAt == nil ||
+		rot.Target.Generation != st.Generation || !meta.IsStatusConditionTrue(st.Conditions, string(vocab.ConditionRotationComplete)) {
+		return Target{}, false
+	}
+	return Target{Barrier: Barrier{ID: ri.Name, Epoch: ri.UID, Generation: st.Generation}, CompletedAt: rot.RotationCompletedAt.Time}, true
+}
+
+// Tasks indexes the nodes' reports: pod UID -> the generations its containers run, for one
+// runtime ID and epoch (other epochs count as older).
+type Tasks map[types.UID][]brewletv1.NodeTask
+
+// TasksOf collects id's tasks from complete reports of nodes whose agent is alive (fresh);
+// a stale or incomplete report proves nothing, so its pods count as unreported.
+func TasksOf(id string, reports []brewletv1.NodeRuntime, fresh func(node string) bool) Tasks {
+	out := Tasks{}
+	for i := range reports {
+		r := &reports[i]
+		if !r.Status.Complete || !fresh(r.Name) {
+			continue
+		}
+		for _, t := range r.Status.Tasks {
+			if t.ID == id {
+				out[t.PodUID] = append(out[t.PodUID], t)
+			}
+		}
+	}
+	return out
+}
+
+// needsRestart: one of the workload's pods runs an older generation or epoch, or started
+// before the rotation completed and no fresh, complete report shows what it runs.
+func needsRestart(w Workload, t Target, tasks Tasks) bool {
+	for _, p := range w.Pods {
+		ts, reported := tasks[p.UID]
+		if !reported && p.Created.Before(t.CompletedAt) {
+			return true
+		}
+		for _, task := range ts {
+			if task.Epoch != t.Epoch || task.Generation < t.Generation {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Action is what the reconciler does to one workload.
+type Action struct {
+	Workload Workload
+	Record   brewletv1.WorkloadRestart
+	// Patch: set the barrier to the target now.
+	Patch bool
+}
+
+// Decide returns, for every opted-in workload of the RuntimeImage, its restart record and
+// whether to patch it now. previous are the records status holds (their startedAt is the
+// progress deadline's start); inFlight counts restarts in progress for other RuntimeImages
+// (the limit is the operator's, not per runtime). Workloads that need nothing and have no
+// record for this target get none.
+func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.WorkloadRestart, inFlight int, p Policy, now time.Time) []Action {
+	prev := map[string]brewletv1.WorkloadRestart{}
+	for _, r := range previous {
+		prev[r.Kind+"/"+r.Namespace+"/"+r.Name] = r
+	}
+	slices.SortFunc(workloads, func(a, b Workload) int { return strings.Compare(a.Key(), b.Key()) })
+	var actions []Action
+	var waiting []int // indexes into actions of restarts that want a slot
+	busy := inFlight
+	for _, w := range workloads {
+		rec := brewletv1.WorkloadRestart{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name}
+		old, had := prev[w.Key()]
+		b, hasBarrier := ParseBarrier(w.Barrier)
+		switch {
+		case hasBarrier && b.ID == t.ID && b.Epoch == t.Epoch && b.Generation >= t.Generation:
+			// Patched for this target (by us, before a restart of the operator, or by hand):
+			// the rollout decides the outcome, never the patch.
+			rec.StartedAt = old.StartedAt
+			if rec.StartedAt == nil {
+				rec.StartedAt = &metav1.Time{Time: now}
+			}
+			switch {
+			case w.RolledOut:
+				rec.Outcome, rec.Message = OutcomeSucceeded, fmt.Sprintf("every pod runs %s generation %d", t.ID, t.Generation)
+			case had && old.Outcome == OutcomeFailed:
+				rec.Outcome, rec.Reason, rec.Message = old.Outcome, old.Reason, old.Message
+			case now.Sub(rec.StartedAt.Time) > p.ProgressDeadline:
+				rec.Outcome, rec.Reason = OutcomeFailed, "ProgressDeadlineExceeded"
+				rec.Message = fmt.Sprintf("the rollout did not finish within %s; its slot is freed. Check the workload's pods and events", p.ProgressDeadline)
+			default:
+				rec.Outcome, rec.Message = OutcomeInProgress, fmt.Sprintf("rolling out to %s generation %d", t.ID, t.Generation)
+				busy++
+			}
+		case !needsRestart(w, t, tasks):
+			continue // nothing runs an older generation: nothing to do or report
+		case hasBarrier && b.ID == t.ID && b.Epoch != t.Epoch:
+			rec.Outcome, rec.Reason = OutcomeDeferred, string(vocab.ReasonRestartDeferred)
+			rec.Message = fmt.Sprintf("the pod template's %s names epoch %s, not %s: a barrier of another epoch is never overwritten automatically; remove the annotation to let Brewlet restart it", vocab.AnnotationRotatedToGeneration, b.Epoch, t.Epoch)
+		case w.NotApplicable:
+			rec.Outcome, rec.Reason = OutcomeNotApplicable, string(vocab.ReasonRestartNotApplicable)
+			rec.Message = "updateStrategy OnDelete replaces pods only when they are deleted; delete the pods on older generations to move them"
+		case w.Deferred != "":
+			rec.Outcome, rec.Reason, rec.Message = OutcomeDeferred, string(vocab.ReasonRestartDeferred), w.Deferred
+		default:
+			rec.Outcome, rec.Message = OutcomePending, fmt.Sprintf("pods run an older generation of %s; waiting for a restart slot (at most %d at once)", t.ID, p.MaxConcurrent)
+			waiting = append(waiting, len(actions))
+		}
+		actions = append(actions, Action{Workload: w, Record: rec})
+	}
+	for _, i := range waiting {
+		if busy >= p.MaxConcurrent {
+			break
+		}
+		busy++
+		a := &actions[i]
+		a.Patch = true
+		a.Record.Outcome, a.Record.Message = OutcomeInProgress, fmt.Sprintf("restarting to move pods to %s generation %d", t.ID, t.Generation)
+		a.Record.StartedAt = &metav1.Time{Time: now}
+	}
+	return actions
+}
+
+// Records are the actions' records, bounded by MaxRecorded (sorted by workload).
+func Records(actions []Action) []brewletv1.WorkloadRestart {
+	out := make([]brewletv1.WorkloadRestart, 0, len(actions))
+	for _, a := range actions {
+		out = append(out, a.Record)
+	}
+	if len(out) > MaxRecorded {
+		out = out[:MaxRecorded]
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// InProgress counts records that hold a slot.
+func InProgress(records []brewletv1.WorkloadRestart) int {
+	n := 0
+	for _, r := range records {
+		if r.Outcome == OutcomeInProgress {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,195 @@
+package restarts
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+const epoch = types.UID("e-1")
+
+var (
+	completed = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	now       = completed.Add(time.Minute)
+	target    = Target{Barrier: Barrier{ID: "python", Epoch: epoch, Generation: 3}, CompletedAt: completed}
+	policy    = Policy{MaxConcurrent: 2, ProgressDeadline: 10 * time.Minute}
+	before    = completed.Add(-time.Hour)
+)
+
+func wl(name string, pods ...Pod) Workload {
+	return Workload{Kind: "Deployment", Namespace: "ns", Name: name, Pods: pods}
+}
+
+func pod(uid string, created time.Time) Pod { return Pod{UID: types.UID(uid), Created: created} }
+
+func running(gens map[string]int64) Tasks {
+	t := Tasks{}
+	for uid, g := range gens {
+		e := epoch
+		if g < 0 { // a previous epoch
+			e, g = "e-0", -g
+		}
+		t[types.UID(uid)] = append(t[types.UID(uid)], brewletv1.NodeTask{PodUID: types.UID(uid), ID: "python", Epoch: e, Generation: g})
+	}
+	return t
+}
+
+func barrier(gen int64, e types.UID) string {
+	return Barrier{ID: "python", Epoch: e, Generation: gen}.String()
+}
+
+// summary renders actions as "name:outcome[+patch]" in order.
+func summary(actions []Action) string {
+	var out []string
+	for _, a := range actions {
+		s := a.Workload.Name + ":" + a.Record.Outcome
+		if a.Patch {
+			s += "+patch"
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, " ")
+}
+
+func TestDecide(t *testing.T) {
+	started := &metav1.Time{Time: now.Add(-5 * time.Minute)}
+	late := &metav1.Time{Time: now.Add(-11 * time.Minute)}
+	for _, tc := range []struct {
+		name      string
+		workloads []Workload
+		tasks     Tasks
+		previous  []brewletv1.WorkloadRestart
+		inFlight  int
+		want      string
+	}{
+		{name: "a pod on an older generation is restarted", workloads: []Workload{wl("a", pod("p1", before))},
+			tasks: running(map[string]int64{"p1": 2}), want: "a:InProgress+patch"},
+		{name: "a pod of a previous epoch is restarted", workloads: []Workload{wl("a", pod("p1", before))},
+			tasks: running(map[string]int64{"p1": -7}), want: "a:InProgress+patch"},
+		{name: "pods on the target: nothing to do or report", workloads: []Workload{wl("a", pod("p1", before))},
+			tasks: running(map[string]int64{"p1": 3})},
+		{name: "an unreported pod older than the completion is restarted (missing report: to be safe)",
+			workloads: []Workload{wl("a", pod("p1", before))}, want: "a:InProgress+patch"},
+		{name: "an unreported pod created after the completion is left alone",
+			workloads: []Workload{wl("a", pod("p1", completed.Add(time.Second)))}},
+		{name: "OnDelete is not applicable", workloads: []Workload{func() Workload { w := wl("a", pod("p1", before)); w.NotApplicable = true; return w }()},
+			want: "a:NotApplicable"},
+		{name: "paused is deferred", workloads: []Workload{func() Workload { w := wl("a", pod("p1", before)); w.Deferred = "paused"; return w }()},
+			want: "a:Deferred"},
+		{name: "a barrier of another epoch is never overwritten",
+			workloads: []Workload{func() Workload { w := wl("a", pod("p1", before)); w.Barrier = barrier(9, "e-0"); return w }()},
+			want:      "a:Deferred"},
+		{name: "patched for the target and rolled out: succeeded",
+			workloads: []Workload{func() Workload { w := wl("a"); w.Barrier, w.RolledOut = barrier(3, epoch), true; return w }()},
+			previous:  []brewletv1.WorkloadRestart{{Kind: "Deployment", Namespace: "ns", Name: "a", Outcome: OutcomeInProgress, StartedAt: started}},
+			want:      "a:Succeeded"},
+		{name: "patched, rolling out within the deadline: in progress, no second patch",
+			workloads: []Workload{func() Workload { w := wl("a", pod("p1", before)); w.Barrier = barrier(3, epoch); return w }()},
+			tasks:     running(map[string]int64{"p1": 2}),
+			previous:  []brewletv1.WorkloadRestart{{Kind: "Deployment", Namespace: "ns", Name: "a", Outcome: OutcomeInProgress, StartedAt: started}},
+			want:      "a:InProgress"},
+		{name: "patched before an operator restart (no record): in progress, no second patch",
+			workloads: []Workload{func() Workload { w := wl("a", pod("p1", before)); w.Barrier = barrier(3, epoch); return w }()},
+			tasks:     running(map[string]int64{"p1": 2}), want: "a:InProgress"},
+		{name: "past the progress deadline: failed, slot freed for the next",
+			workloads: []Workload{func() Workload { w := wl("a", pod("p1", before)); w.Barrier = barrier(3, epoch); return w }(),
+				wl("b", pod("p2", before)), wl("c", pod("p3", before))},
+			tasks:    running(map[string]int64{"p1": 2, "p2": 2, "p3": 2}),
+			previous: []brewletv1.WorkloadRestart{{Kind: "Deployment", Namespace: "ns", Name: "a", Outcome: OutcomeInProgress, StartedAt: late}},
+			want:     "a:Failed b:InProgress+patch c:InProgress+patch"},
+		{name: "at most MaxConcurrent at once, counting other runtimes' restarts",
+			workloads: []Workload{wl("c", pod("p3", before)), wl("a", pod("p1", before)), wl("b", pod("p2", before))},
+			tasks:     running(map[string]int64{"p1": 2, "p2": 1, "p3": 2}), inFlight: 1,
+			want: "a:InProgress+patch b:Pending c:Pending"},
+		{name: "a newer rotation supersedes an earlier barrier",
+			workloads: []Workload{func() Workload { w := wl("a", pod("p1", before)); w.Barrier = barrier(2, epoch); return w }()},
+			tasks:     running(map[string]int64{"p1": 2}), want: "a:InProgress+patch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Decide(target, tc.workloads, tc.tasks, tc.previous, tc.inFlight, policy, now)
+			if s := summary(got); s != tc.want {
+				t.Fatalf("got %q, want %q", s, tc.want)
+			}
+			for _, a := range got {
+				if a.Patch && (a.Record.StartedAt == nil || !a.Record.StartedAt.Time.Equal(now)) {
+					t.Errorf("%s: patched without startedAt now: %+v", a.Workload.Name, a.Record)
+				}
+				if a.Record.Message == "" {
+					t.Errorf("%s: no message", a.Workload.Name)
+				}
+			}
+		})
+	}
+}
+
+func TestTasksOfTrustsOnlyFreshCompleteReports(t *testing.T) {
+	rep := func(node string, complete bool) brewletv1.NodeRuntime {
+		n := brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: node}}
+		n.Status.Complete = complete
+		n.Status.Tasks = []brewletv1.NodeTask{{PodUID: types.UID("pod-" + node), ID: "python", Epoch: epoch, Generation: 3},
+			{PodUID: types.UID("other-" + node), ID: "node-22", Epoch: "x", Generation: 1}}
+		return n
+	}
+	tasks := TasksOf("python", []brewletv1.NodeRuntime{rep("fresh", true), rep("stale", true), rep("incomplete", false)},
+		func(n string) bool { return n != "stale" })
+	if len(tasks) != 1 || len(tasks["pod-fresh"]) != 1 {
+		t.Fatalf("tasks %v: only the fresh, complete node's python task counts", tasks)
+	}
+	// The stale node's pod is then unreported: restarted when older than the completion.
+	got := Decide(target, []Workload{wl("a", pod("pod-stale", before))}, tasks, nil, 0, policy, now)
+	if s := summary(got); s != "a:InProgress+patch" {
+		t.Fatalf("pod on a stale node: %s", s)
+	}
+}
+
+func TestBarrierRoundTrip(t *testing.T) {
+	b := Barrier{ID: "python", Epoch: epoch, Generation: 3}
+	if got, ok := ParseBarrier(b.String()); !ok || got != b {
+		t.Fatalf("round trip %v %v", got, ok)
+	}
+	for _, bad := range []string{"", "{", `{"epoch":"x"}`, "null", `"python"`} {
+		if _, ok := ParseBarrier(bad); ok {
+			t.Errorf("ParseBarrier(%q) accepted", bad)
+		}
+	}
+}
+
+func TestTargetOnlyAfterCompletion(t *testing.T) {
+	ri := &brewletv1.RuntimeImage{ObjectMeta: metav1.ObjectMeta{Name: "python", UID: epoch}}
+	ri.Status = brewletv1.RuntimeImageStatus{Epoch: epoch, Generation: 3,
+		Rotation: &brewletv1.RotationStatus{Target: brewletv1.RotationTarget{Generation: 3}}}
+	if _, ok := TargetOf(ri); ok {
+		t.Fatal("a target before the rotation completed")
+	}
+	at := metav1.NewTime(completed)
+	ri.Status.Rotation.RotationCompletedAt = &at
+	ri.Status.Conditions = []metav1.Condition{{Type: string(vocab.ConditionRotationComplete), Status: metav1.ConditionTrue}}
+	tg, ok := TargetOf(ri)
+	if !ok || tg.Generation != 3 || !tg.CompletedAt.Equal(completed) {
+		t.Fatalf("target %+v %v", tg, ok)
+	}
+	ri.Status.Generation = 4 // a newer rotation started: its completion is not this one's
+	if _, ok := TargetOf(ri); ok {
+		t.Fatal("a target from an earlier rotation's completion")
+	}
+}
+
+func TestRecordsBounded(t *testing.T) {
+	var ws []Workload
+	tasks := Tasks{}
+	for i := 0; i < MaxRecorded+10; i++ {
+		uid := fmt.Sprintf("p%03d", i)
+		ws = append(ws, wl(fmt.Sprintf("w%03d", i), pod(uid, before)))
+		tasks[types.UID(uid)] = []brewletv1.NodeTask{{PodUID: types.UID(uid), ID: "python", Epoch: epoch, Generation: 1}}
+	}
+	if n := len(Records(Decide(target, ws, tasks, nil, 0, policy, now))); n != MaxRecorded {
+		t.Fatalf("%d records", n)
+	}
+}

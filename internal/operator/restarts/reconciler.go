@@ -1,0 +1,325 @@
+package restarts
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/runtimeimage"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// Reconciler restarts the opted-in workloads of one RuntimeImage per pass.
+type Reconciler struct {
+	Client    client.Client // informer cache reads, API writes
+	APIReader client.Reader // fresh reads after a status conflict
+	Recorder  events.EventRecorder
+	Policy    Policy
+	// AgentNamespace holds the agents' Leases (the nodes' heartbeats).
+	AgentNamespace string
+	// StaleAfter: how old a heartbeat may be before its node's report proves nothing.
+	StaleAfter time.Duration
+	Now        func() time.Time
+}
+
+// Reconcile decides and acts for one RuntimeImage. While a restart is in progress it looks
+// again periodically: a rollout's deadline passes without any object changing.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ri := &brewletv1.RuntimeImage{}
+	if err := r.Client.Get(ctx, req.NamespacedName, ri); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	t, ok := TargetOf(ri)
+	if !ok {
+		return reconcile.Result{}, nil // the rotation has not reached every node yet
+	}
+	workloads, err := r.workloads(ctx, t.ID)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	reports := &brewletv1.NodeRuntimeList{}
+	if err := r.Client.List(ctx, reports, client.MatchingFields{runtimeimage.IndexRuntimeID: t.ID}); err != nil {
+		return reconcile.Result{}, err
+	}
+	beats, err := runtimeimage.ReadHeartbeats(ctx, r.Client, r.AgentNamespace)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	now := r.now()
+	tasks := TasksOf(t.ID, reports.Items, func(n string) bool { return beats.Fresh(n, now, r.staleAfter()) })
+	inFlight, err := r.inFlightElsewhere(ctx, ri.Name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	var previous []brewletv1.WorkloadRestart
+	if ri.Status.Rotation != nil {
+		previous = ri.Status.Rotation.Restarts
+	}
+	actions := Decide(t, workloads, tasks, previous, inFlight, r.Policy, now)
+	for i := range actions {
+		a := &actions[i]
+		if !a.Patch {
+			continue
+		}
+		if err := r.patch(ctx, a.Workload, t.Barrier); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			// Not patched: it is not in progress. A refusal (the admission policy, RBAC)
+			// is recorded as the outcome and retried on the next pass.
+			log.FromContext(ctx).Error(err, "restart refused", "workload", a.Workload.Key())
+			a.Record.Outcome, a.Record.Reason, a.Record.StartedAt = OutcomePending, "PatchRefused", nil
+			a.Record.Message = fmt.Sprintf("setting %s was refused: %v", vocab.AnnotationRotatedToGeneration, err)
+			continue
+		}
+		log.FromContext(ctx).Info("restarting a workload onto the rotation's generation", "workload", a.Workload.Key(), "barrier", t.String())
+		r.event(a.Workload, corev1.EventTypeNormal, "RotationRestart", a.Record.Message)
+	}
+	records := Records(actions)
+	for _, a := range actions {
+		if a.Record.Outcome == OutcomeFailed && !wasFailed(previous, a.Record) {
+			r.event(a.Workload, corev1.EventTypeWarning, "RotationRestartFailed", a.Record.Message)
+		}
+	}
+	if err := r.record(ctx, ri, records); err != nil {
+		return reconcile.Result{}, err
+	}
+	for _, rec := range records {
+		if rec.Outcome == OutcomeInProgress || rec.Outcome == OutcomePending {
+			return reconcile.Result{RequeueAfter: 15 * time.Second}, nil
+		}
+	}
+	return reconcile.Result{}, nil
+}
+
+func wasFailed(previous []brewletv1.WorkloadRestart, rec brewletv1.WorkloadRestart) bool {
+	for _, p := range previous {
+		if p.Kind == rec.Kind && p.Namespace == rec.Namespace && p.Name == rec.Name {
+			return p.Outcome == OutcomeFailed
+		}
+	}
+	return false
+}
+
+// record writes status.rotation.restarts when it changed, conditionally on the version
+// read; on a conflict (the RuntimeImage controller wrote meanwhile) it applies the records
+// to a fresh read.
+func (r *Reconciler) record(ctx context.Context, ri *brewletv1.RuntimeImage, records []brewletv1.WorkloadRestart) error {
+	for attempt := 0; attempt < 5; attempt++ {
+		if ri.Status.Rotation == nil {
+			return nil // the target changed under us: the next pass decides again
+		}
+		if equality.Semantic.DeepEqual(ri.Status.Rotation.Restarts, records) {
+			return nil
+		}
+		ri.Status.Rotation.Restarts = records
+		err := r.Client.Status().Update(ctx, ri)
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+		fresh := &brewletv1.RuntimeImage{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ri), fresh); err != nil {
+			return err
+		}
+		if t, ok := TargetOf(fresh); !ok || t.Generation != ri.Status.Generation {
+			return nil
+		}
+		ri = fresh
+	}
+	return fmt.Errorf("RuntimeImage %s: status kept changing under the restart records", ri.Name)
+}
+
+// inFlightElsewhere counts restarts in progress for the other RuntimeImages: the limit is
+// the operator's.
+func (r *Reconciler) inFlightElsewhere(ctx context.Context, id string) (int, error) {
+	var ris brewletv1.RuntimeImageList
+	if err := r.Client.List(ctx, &ris); err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := range ris.Items {
+		if ris.Items[i].Name != id && ris.Items[i].Status.Rotation != nil {
+			n += InProgress(ris.Items[i].Status.Rotation.Restarts)
+		}
+	}
+	return n, nil
+}
+
+// patch sets the barrier on the workload's pod template, and nothing else: the admission
+// policy the chart installs refuses any other change by the operator.
+func (r *Reconciler) patch(ctx context.Context, w Workload, b Barrier) error {
+	obj, err := newObject(w.Kind)
+	if err != nil {
+		return err
+	}
+	obj.SetNamespace(w.Namespace)
+	obj.SetName(w.Name)
+	body := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, vocab.AnnotationRotatedToGeneration, b.String())
+	return r.Client.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", []byte(body)))
+}
+
+func (r *Reconciler) event(w Workload, typ, reason, msg string) {
+	if r.Recorder == nil {
+		return
+	}
+	obj, err := newObject(w.Kind)
+	if err != nil {
+		return
+	}
+	obj.SetNamespace(w.Namespace)
+	obj.SetName(w.Name)
+	r.Recorder.Eventf(obj, nil, typ, reason, "RotationRestart", "%s", msg)
+}
+
+func newObject(kind string) (client.Object, error) {
+	switch kind {
+	case "Deployment":
+		return &appsv1.Deployment{}, nil
+	case "StatefulSet":
+		return &appsv1.StatefulSet{}, nil
+	case "DaemonSet":
+		return &appsv1.DaemonSet{}, nil
+	}
+	return nil, fmt.Errorf("unknown workload kind %q", kind)
+}
+
+// workloads lists the opted-in Deployments, StatefulSets and DaemonSets whose pods run
+// runtime id, with their pods (metadata only, from the cache).
+func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, error) {
+	var out []Workload
+	var deps appsv1.DeploymentList
+	if err := r.Client.List(ctx, &deps); err != nil {
+		return nil, err
+	}
+	for i := range deps.Items {
+		d := &deps.Items[i]
+		if !uses(d.ObjectMeta, d.Spec.Template.ObjectMeta, id) {
+			continue
+		}
+		w := Workload{Kind: "Deployment", Namespace: d.Namespace, Name: d.Name,
+			Barrier: d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration], RolledOut: deploymentRolledOut(d)}
+		if d.Spec.Paused {
+			w.Deferred = "the Deployment is paused: resume it to let the restart roll out"
+		}
+		if err := r.pods(ctx, &w, d.Spec.Selector, id); err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	var sets appsv1.StatefulSetList
+	if err := r.Client.List(ctx, &sets); err != nil {
+		return nil, err
+	}
+	for i := range sets.Items {
+		s := &sets.Items[i]
+		if !uses(s.ObjectMeta, s.Spec.Template.ObjectMeta, id) {
+			continue
+		}
+		w := Workload{Kind: "StatefulSet", Namespace: s.Namespace, Name: s.Name,
+			Barrier: s.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration], RolledOut: statefulSetRolledOut(s)}
+		switch u := s.Spec.UpdateStrategy; {
+		case u.Type == appsv1.OnDeleteStatefulSetStrategyType:
+			w.NotApplicable = true
+		case u.RollingUpdate != nil && u.RollingUpdate.Partition != nil && *u.RollingUpdate.Partition > 0:
+			w.Deferred = fmt.Sprintf("the StatefulSet is partitioned at %d: pods below it would keep the old generation; lower the partition to let the restart roll out", *u.RollingUpdate.Partition)
+		}
+		if err := r.pods(ctx, &w, s.Spec.Selector, id); err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	var dss appsv1.DaemonSetList
+	if err := r.Client.List(ctx, &dss); err != nil {
+		return nil, err
+	}
+	for i := range dss.Items {
+		d := &dss.Items[i]
+		if !uses(d.ObjectMeta, d.Spec.Template.ObjectMeta, id) {
+			continue
+		}
+		w := Workload{Kind: "DaemonSet", Namespace: d.Namespace, Name: d.Name,
+			Barrier: d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration], RolledOut: daemonSetRolledOut(d),
+			NotApplicable: d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType}
+		if err := r.pods(ctx, &w, d.Spec.Selector, id); err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+// uses: the workload opted in on its object and its pods run runtime id.
+func uses(obj, template metav1.ObjectMeta, id string) bool {
+	return obj.Annotations[vocab.AnnotationRestartOnRotation] == "true" && template.Annotations[vocab.AnnotationRuntimeImage] == id
+}
+
+// pods fills in the workload's pods that run id (metadata only, from the cache).
+func (r *Reconciler) pods(ctx context.Context, w *Workload, selector *metav1.LabelSelector, id string) error {
+	sel, err := metav1.LabelSelectorAsSelector(selector)
+	if err != nil || sel.Empty() {
+		return nil // an unusable selector selects nothing (the API server refuses such workloads)
+	}
+	pods := &metav1.PartialObjectMetadataList{}
+	pods.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "PodList"})
+	if err := r.Client.List(ctx, pods, client.InNamespace(w.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		if p.Annotations[vocab.AnnotationRuntimeImage] != id || p.DeletionTimestamp != nil {
+			continue
+		}
+		w.Pods = append(w.Pods, Pod{UID: p.UID, Created: p.CreationTimestamp.Time})
+	}
+	return nil
+}
+
+func deploymentRolledOut(d *appsv1.Deployment) bool {
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	s := d.Status
+	return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want && s.Replicas == want && s.AvailableReplicas == want
+}
+
+func statefulSetRolledOut(s *appsv1.StatefulSet) bool {
+	want := int32(1)
+	if s.Spec.Replicas != nil {
+		want = *s.Spec.Replicas
+	}
+	st := s.Status
+	return st.ObservedGeneration >= s.Generation && st.UpdatedReplicas == want && st.ReadyReplicas == want &&
+		st.CurrentRevision == st.UpdateRevision
+}
+
+func daemonSetRolledOut(d *appsv1.DaemonSet) bool {
+	s := d.Status
+	return s.ObservedGeneration >= d.Generation && s.UpdatedNumberScheduled == s.DesiredNumberScheduled &&
+		s.NumberAvailable == s.DesiredNumberScheduled
+}
+
+func (r *Reconciler) staleAfter() time.Duration {
+	if r.StaleAfter > 0 {
+		return r.StaleAfter
+	}
+	return runtimeimage.DefaultStaleAfter
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}

@@ -1,0 +1,84 @@
+package restarts
+
+import (
+	"context"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/runtimeimage"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// ControllerName names the controller in logs, events and controller-runtime's metrics.
+const ControllerName = "rotationrestarts"
+
+// Options configure rotation restarts (the chart's operator.rotationRestarts).
+type Options struct {
+	Enabled          bool
+	MaxConcurrent    int           // at most this many workloads restarting at once (default 5)
+	ProgressDeadline time.Duration // a restart not rolled out by then is Failed and frees its slot (default 10m)
+	// Namespaces limits restarts (and what the operator watches) to these; empty: all.
+	Namespaces []string
+}
+
+// Setup registers the controller. Workloads and pods (metadata only) are read through the
+// manager's informers; a workload, pod or node report wakes the RuntimeImage it runs on.
+func Setup(mgr manager.Manager, o Options, agentNamespace string, skipNameValidation bool) error {
+	if !o.Enabled {
+		return nil
+	}
+	p := Policy{MaxConcurrent: o.MaxConcurrent, ProgressDeadline: o.ProgressDeadline}
+	if p.MaxConcurrent <= 0 {
+		p.MaxConcurrent = 5
+	}
+	if p.ProgressDeadline <= 0 {
+		p.ProgressDeadline = 10 * time.Minute
+	}
+	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("brewlet-operator"),
+		Policy: p, AgentNamespace: agentNamespace}
+	byTemplate := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		var ann map[string]string
+		switch w := o.(type) {
+		case *appsv1.Deployment:
+			ann = w.Spec.Template.Annotations
+		case *appsv1.StatefulSet:
+			ann = w.Spec.Template.Annotations
+		case *appsv1.DaemonSet:
+			ann = w.Spec.Template.Annotations
+		}
+		return request(ann[vocab.AnnotationRuntimeImage])
+	})
+	byPod := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return request(o.GetAnnotations()[vocab.AnnotationRuntimeImage])
+	})
+	pod := &metav1.PartialObjectMetadata{}
+	pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	return builder.ControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&brewletv1.RuntimeImage{}).
+		Watches(&brewletv1.NodeRuntime{}, handler.EnqueueRequestsFromMapFunc(runtimeimage.Requests)).
+		Watches(&appsv1.Deployment{}, byTemplate).
+		Watches(&appsv1.StatefulSet{}, byTemplate).
+		Watches(&appsv1.DaemonSet{}, byTemplate).
+		Watches(pod, byPod, builder.OnlyMetadata).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: &skipNameValidation}).
+		Complete(r)
+}
+
+func request(id string) []reconcile.Request {
+	if id == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: id}}}
+}

@@ -1,0 +1,281 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/restarts"
+	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/framework"
+)
+
+// restartWorld is a control plane with kube-controller-manager, the scheduler and kwok
+// nodes, the operator as its own process with rotation restarts on, and a stand-in for the
+// node agents: the test writes each fake node's report (its runtime entry, the tasks of the
+// pods kwok runs there) and renews its Lease, as agents do.
+type restartWorld struct {
+	cp    *framework.ControlPlane
+	op    *runningOperator
+	start func() *runningOperator
+	nodes []string
+	id    string
+	// generation the stand-in agents report for a pod: pods made from a template that
+	// carries the barrier run the target, the others the generation they started on.
+	podGen func(p *corev1.Pod) int64
+}
+
+const restartNS = "apps-under-test"
+
+func startRestartWorld(t *testing.T, maxConcurrent int, deadline time.Duration) *restartWorld {
+	t.Helper()
+	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{ControllerManager: true, Scheduler: true, Kwok: true, KwokNodes: 2})
+	w := &restartWorld{cp: cp, nodes: []string{"kwok-node-0", "kwok-node-1"}, id: "python"}
+	must(t, cp.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: restartNS}}))
+	must(t, cp.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNS}}))
+	// Agents hold their node's Lease before they ever report (it fences their writes).
+	for _, n := range w.nodes {
+		w.heartbeat(t, n)
+	}
+	w.start = func() *runningOperator {
+		return startOperatorFlags(t, cp, []string{"--set", "operator.rotationRestarts.enabled=true"}, "--rotation-restarts",
+			fmt.Sprintf("--rotation-restart-max-concurrent=%d", maxConcurrent), "--rotation-restart-progress-deadline="+deadline.String())
+	}
+	w.op = w.start()
+	return w
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// report writes every fake node's NodeRuntime status: the runtime at gen Ready, and one task
+// per running pod of the runtime on that node; and renews the node's agent Lease.
+func (w *restartWorld) report(t *testing.T, gen int64, epoch string) {
+	t.Helper()
+	ctx, c := context.Background(), w.cp.Client
+	pods := &corev1.PodList{}
+	must(t, c.List(ctx, pods, client.InNamespace(restartNS)))
+	for _, node := range w.nodes {
+		nrt := &brewletv1.NodeRuntime{}
+		if err := c.Get(ctx, client.ObjectKey{Name: node}, nrt); apierrors.IsNotFound(err) {
+			nrt = &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: node}}
+			must(t, c.Create(ctx, nrt))
+		} else {
+			must(t, err)
+		}
+		now := metav1.NewTime(time.Now().Truncate(time.Second))
+		st := brewletv1.NodeRuntimeStatus{Complete: true, ObservedAt: &now,
+			Runtimes: []brewletv1.NodeRuntimeEntry{{ID: w.id, Epoch: typesUID(epoch), Generation: gen, State: string(vocab.StateReady)}}}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Spec.NodeName != node || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+				continue
+			}
+			st.Tasks = append(st.Tasks, brewletv1.NodeTask{PodNamespace: p.Namespace, PodName: p.Name, PodUID: p.UID,
+				ContainerName: "app", ID: w.id, Epoch: typesUID(epoch), Generation: w.podGen(p)})
+		}
+		w.heartbeat(t, node)
+		nrt.Status = st
+		must(t, c.Status().Update(ctx, nrt))
+	}
+}
+
+func (w *restartWorld) heartbeat(t *testing.T, node string) {
+	t.Helper()
+	ctx, c := context.Background(), w.cp.Client
+	now := metav1.NewMicroTime(time.Now())
+	l := &coordinationv1.Lease{}
+	key := client.ObjectKey{Namespace: chartNS, Name: vocab.AgentLeasePrefix + node}
+	if err := c.Get(ctx, key, l); apierrors.IsNotFound(err) {
+		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: chartNS, Name: key.Name},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("agent-" + node), LeaseDurationSeconds: ptr.To[int32](15), RenewTime: &now}}
+		must(t, c.Create(ctx, l))
+		return
+	} else {
+		must(t, err)
+	}
+	l.Spec.RenewTime = &now
+	must(t, c.Update(ctx, l))
+}
+
+// workload makes an opted-in (or not) Deployment whose pods run the runtime on kwok nodes.
+func restartDeployment(name string, optIn bool) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: restartNS},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{vocab.AnnotationRuntimeImage: "python"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/app@" + goodDigest}},
+					Tolerations: []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists}}}}}}
+	if optIn {
+		d.Annotations = map[string]string{vocab.AnnotationRestartOnRotation: "true"}
+		// Rollouts take seconds, not milliseconds: restarts in progress can be seen.
+		d.Spec.MinReadySeconds = 4
+	}
+	return d
+}
+
+func typesUID(s string) types.UID { return types.UID(s) }
+
+// restartOutcomes renders status.rotation.restarts as "Kind/name=Outcome" sorted.
+func restartOutcomes(ri *brewletv1.RuntimeImage) string {
+	if ri.Status.Rotation == nil {
+		return ""
+	}
+	var out []string
+	for _, r := range ri.Status.Rotation.Restarts {
+		out = append(out, r.Kind+"/"+r.Name+"="+r.Outcome)
+	}
+	return strings.Join(out, " ")
+}
+
+// After a rotation reaches every node, opted-in workloads whose pods run the older generation
+// are restarted through their own strategy (at most maxConcurrent at once), outcome from the
+// rollout; a workload that did not opt in keeps its pods and shows in taskObservations;
+// OnDelete is NotApplicable, a paused Deployment Deferred; an operator restarted
+// mid-rotation patches nothing twice.
+func TestRotationRestarts(t *testing.T) {
+	w := startRestartWorld(t, 1, 10*time.Minute)
+	ctx, c := context.Background(), w.cp.Client
+	ri := runtimeImage("python", "127.0.0.1:5000/runtimes/python@"+digestN(1))
+	must(t, c.Create(ctx, ri))
+	eventually(t, 30*time.Second, "generation 1", func() (bool, string) {
+		got := getRI(t, c, "python")
+		return got.Status.Generation == 1, fmt.Sprintf("%+v", got.Status)
+	})
+	epoch := string(getRI(t, c, "python").UID)
+	w.podGen = func(p *corev1.Pod) int64 {
+		if b, ok := restarts.ParseBarrier(p.Annotations[vocab.AnnotationRotatedToGeneration]); ok {
+			return b.Generation // made from a restarted template: started on the target
+		}
+		return 1
+	}
+	paused := restartDeployment("paused", true) // paused once its pods run
+	ondelete := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "ondelete", Namespace: restartNS,
+		Annotations: map[string]string{vocab.AnnotationRestartOnRotation: "true"}},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), ServiceName: "ondelete",
+			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "ondelete"}},
+			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
+			Template:       restartDeployment("ondelete", false).Spec.Template}}
+	for _, o := range []client.Object{restartDeployment("web-a", true), restartDeployment("web-b", true), restartDeployment("bystander", false), paused, ondelete} {
+		must(t, c.Create(ctx, o))
+	}
+	eventually(t, 2*time.Minute, "every pod running", func() (bool, string) {
+		pods := &corev1.PodList{}
+		must(t, c.List(ctx, pods, client.InNamespace(restartNS)))
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running == 9, fmt.Sprintf("%d of 9 pods running", running)
+	})
+	pausePatch := client.MergeFrom(paused.DeepCopy())
+	paused.Spec.Paused = true
+	must(t, c.Patch(ctx, paused, pausePatch))
+	w.report(t, 1, epoch)
+	generations := map[string]int64{}
+	for _, n := range []string{"web-a", "web-b", "bystander", "paused"} {
+		d := &appsv1.Deployment{}
+		must(t, c.Get(ctx, client.ObjectKey{Namespace: restartNS, Name: n}, d))
+		generations[n] = d.Generation
+	}
+
+	// Generation 1 is on every node and every pod runs it: nothing to restart.
+	time.Sleep(3 * time.Second)
+	if got := restartOutcomes(getRI(t, c, "python")); got != "" {
+		t.Fatalf("restarts before any rotation: %s", got)
+	}
+
+	// The rotation: generation 2 reaches both nodes; every pod still runs generation 1.
+	cur := getRI(t, c, "python")
+	cur.Spec.Source.Image = "127.0.0.1:5000/runtimes/python@" + digestN(2)
+	must(t, c.Update(ctx, cur))
+	eventually(t, 30*time.Second, "generation 2", func() (bool, string) {
+		got := getRI(t, c, "python")
+		return got.Status.Generation == 2, fmt.Sprintf("%+v", got.Status)
+	})
+	maxInProgress := 0
+	restarted := false
+	last := ""
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		w.report(t, 2, epoch) // the stand-in agents report what kwok runs now
+		got := getRI(t, c, "python")
+		outcomes := restartOutcomes(got)
+		if outcomes != last {
+			t.Logf("restarts: %s", outcomes)
+			last = outcomes
+		}
+		if n := strings.Count(outcomes, "="+restarts.OutcomeInProgress); n > maxInProgress {
+			maxInProgress = n
+		}
+		if outcomes == "Deployment/paused=Deferred Deployment/web-a=Succeeded Deployment/web-b=Succeeded StatefulSet/ondelete=NotApplicable" {
+			break
+		}
+		if !restarted && strings.Contains(outcomes, "=InProgress") {
+			// Kill the operator mid-rotation: its successor must not patch again.
+			restarted = true
+			w.op.stop()
+			w.op = w.start()
+		}
+		if time.Now().After(deadline) {
+			out, _ := w.cp.Kubectl(t, "-n", restartNS, "get", "deploy,sts,pods", "-o", "wide")
+			ann, _ := w.cp.Kubectl(t, "-n", restartNS, "get", "deploy", "-o", "jsonpath={range .items[*]}{.metadata.name} {.spec.template.metadata.annotations}{\"\\n\"}{end}")
+			out += "\n" + ann
+			t.Fatalf("restarts did not finish: %q\n%s", outcomes, out)
+		}
+		time.Sleep(time.Second)
+	}
+	if maxInProgress != 1 || !restarted {
+		t.Errorf("restarts in progress at once: at most %d seen (want 1, the limit); operator restarted mid-rotation: %t", maxInProgress, restarted)
+	}
+	for n, g := range generations {
+		d := &appsv1.Deployment{}
+		must(t, c.Get(ctx, client.ObjectKey{Namespace: restartNS, Name: n}, d))
+		want := g
+		if n == "web-a" || n == "web-b" {
+			want = g + 1 // exactly one patch: the barrier
+		}
+		if d.Generation != want {
+			t.Errorf("deployment %s generation %d -> %d, want %d", n, g, d.Generation, want)
+		}
+		b, ok := restarts.ParseBarrier(d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration])
+		if (want > g) != ok || (ok && (b.Generation != 2 || string(b.Epoch) != epoch)) {
+			t.Errorf("deployment %s barrier %+v", n, b)
+		}
+	}
+	// The bystander kept its pods on generation 1: they show in taskObservations.
+	eventually(t, 30*time.Second, "bystander in taskObservations", func() (bool, string) {
+		got := getRI(t, c, "python")
+		for _, o := range got.Status.TaskObservations {
+			for _, b := range o.Bindings {
+				if !strings.HasPrefix(b.PodName, "bystander-") && !strings.HasPrefix(b.PodName, "paused-") && !strings.HasPrefix(b.PodName, "ondelete-") {
+					return false, "a restarted workload's pod is still listed: " + b.PodName
+				}
+			}
+		}
+		return len(got.Status.TaskObservations) > 0, fmt.Sprintf("%+v", got.Status.TaskObservations)
+	})
+	evs, _ := w.cp.Kubectl(t, "-n", restartNS, "get", "events", "--field-selector", "reason=RotationRestart", "-o", "name")
+	if strings.Count(evs, "\n") < 2 {
+		t.Errorf("RotationRestart events on the workloads: %q", evs)
+	}
+}
