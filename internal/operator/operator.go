@@ -15,7 +15,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -126,18 +125,21 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (manager.Manager, err
 		// Only the agents' namespace: Leases elsewhere are none of the operator's business.
 		mo.Cache.ByObject[&coordinationv1.Lease{}] = cache.ByObject{Namespaces: map[string]cache.Config{agentNS: {}}}
 	}
-	if rr := o.RotationRestarts; rr.Enabled && len(rr.Namespaces) > 0 {
-		// Restarts limited to namespaces: workloads and pods elsewhere are not even read
-		// (the chart then grants the rights per namespace only).
-		ns := map[string]cache.Config{}
-		for _, n := range rr.Namespaces {
-			ns[n] = cache.Config{}
+	if rr := o.RotationRestarts; rr.Enabled {
+		// Pods cost little: only what restarts read is kept. Limited to namespaces,
+		// workloads and pods elsewhere are not even read (the chart then grants the rights
+		// per namespace only).
+		var ns map[string]cache.Config
+		if len(rr.Namespaces) > 0 {
+			ns = map[string]cache.Config{}
+			for _, n := range rr.Namespaces {
+				ns[n] = cache.Config{}
+			}
 		}
-		pod := &metav1.PartialObjectMetadata{}
-		pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
-		for _, obj := range []client.Object{&appsv1.Deployment{}, &appsv1.StatefulSet{}, &appsv1.DaemonSet{}, pod} {
+		for _, obj := range []client.Object{&appsv1.Deployment{}, &appsv1.StatefulSet{}, &appsv1.DaemonSet{}} {
 			mo.Cache.ByObject[obj] = cache.ByObject{Namespaces: ns}
 		}
+		mo.Cache.ByObject[&corev1.Pod{}] = cache.ByObject{Namespaces: ns, Transform: restarts.StripPod}
 	}
 	mgr, err := manager.New(cfg, mo)
 	if err != nil {

@@ -64,9 +64,17 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// report writes every fake node's NodeRuntime status: the runtime at gen Ready, and one task
-// per running pod of the runtime on that node; and renews the node's agent Lease.
+// report writes every fake node's NodeRuntime status: one task per running pod of the
+// runtime on that node, and the runtime at gen, first Installing on every node, then Ready
+// (as agents install, then serve: the rotation completes only once every node reported its
+// pods); and renews the nodes' agent Leases.
 func (w *restartWorld) report(t *testing.T, gen int64, epoch string) {
+	t.Helper()
+	w.reportState(t, gen, epoch, vocab.StateInstalling)
+	w.reportState(t, gen, epoch, vocab.StateReady)
+}
+
+func (w *restartWorld) reportState(t *testing.T, gen int64, epoch string, state vocab.RuntimeState) {
 	t.Helper()
 	ctx, c := context.Background(), w.cp.Client
 	pods := &corev1.PodList{}
@@ -81,7 +89,7 @@ func (w *restartWorld) report(t *testing.T, gen int64, epoch string) {
 		}
 		now := metav1.NewTime(time.Now().Truncate(time.Second))
 		st := brewletv1.NodeRuntimeStatus{Complete: true, ObservedAt: &now,
-			Runtimes: []brewletv1.NodeRuntimeEntry{{ID: w.id, Epoch: typesUID(epoch), Generation: gen, State: string(vocab.StateReady)}}}
+			Runtimes: []brewletv1.NodeRuntimeEntry{{ID: w.id, Epoch: typesUID(epoch), Generation: gen, State: string(state)}}}
 		for i := range pods.Items {
 			p := &pods.Items[i]
 			if p.Spec.NodeName != node || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
@@ -273,6 +281,14 @@ func TestRotationRestarts(t *testing.T) {
 			}
 		}
 		return len(got.Status.TaskObservations) > 0, fmt.Sprintf("%+v", got.Status.TaskObservations)
+	})
+	eventually(t, 30*time.Second, "restart metrics", func() (bool, string) {
+		body, err := httpGet("http://" + w.op.metrics + "/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(body, `brewlet_operator_rotation_restarts{id="python",outcome="Succeeded"} 2`) &&
+			strings.Contains(body, `brewlet_operator_rotation_restarts{id="python",outcome="Deferred"} 1`), "gauges not yet at the outcomes"
 	})
 	evs, _ := w.cp.Kubectl(t, "-n", restartNS, "get", "events", "--field-selector", "reason=RotationRestart", "-o", "name")
 	if strings.Count(evs, "\n") < 2 {

@@ -80,6 +80,7 @@ func (w Workload) Key() string { return w.Kind + "/" + w.Namespace + "/" + w.Nam
 // Pod is one pod of a workload.
 type Pod struct {
 	UID     types.UID
+	Node    string // "" while unscheduled
 	Created time.Time
 }
 
@@ -109,37 +110,51 @@ func TargetOf(ri *brewletv1.RuntimeImage) (Target, bool) {
 	return Target{Barrier: Barrier{ID: ri.Name, Epoch: ri.UID, Generation: st.Generation}, CompletedAt: rot.RotationCompletedAt.Time}, true
 }
 
-// Tasks indexes the nodes' reports: pod UID -> the generations its containers run, for one
-// runtime ID and epoch (other epochs count as older).
-type Tasks map[types.UID][]brewletv1.NodeTask
+// Tasks are what the nodes' reports show for one runtime ID.
+type Tasks struct {
+	// ByPod: pod UID -> its containers' tasks (other epochs count as older).
+	ByPod map[types.UID][]brewletv1.NodeTask
+	// Trusted are the nodes whose report is complete and whose agent is alive: what they
+	// do not list does not run there.
+	Trusted map[string]bool
+}
 
 // TasksOf collects id's tasks from complete reports of nodes whose agent is alive (fresh);
-// a stale or incomplete report proves nothing, so its pods count as unreported.
+// a stale or incomplete report proves nothing, so its node's pods count as unreported.
 func TasksOf(id string, reports []brewletv1.NodeRuntime, fresh func(node string) bool) Tasks {
-	out := Tasks{}
+	out := Tasks{ByPod: map[types.UID][]brewletv1.NodeTask{}, Trusted: map[string]bool{}}
 	for i := range reports {
 		r := &reports[i]
 		if !r.Status.Complete || !fresh(r.Name) {
 			continue
 		}
+		out.Trusted[r.Name] = true
 		for _, t := range r.Status.Tasks {
 			if t.ID == id {
-				out[t.PodUID] = append(out[t.PodUID], t)
+				out.ByPod[t.PodUID] = append(out.ByPod[t.PodUID], t)
 			}
 		}
 	}
 	return out
 }
 
-// needsRestart: one of the workload's pods runs an older generation or epoch, or started
-// before the rotation completed and no fresh, complete report shows what it runs.
+// needsRestart: one of the workload's pods runs an older generation or epoch by a trusted
+// report, or sits on a node without a fresh, complete report and was created before the
+// rotation completed (a missing or stale report means restart, to be safe). A pod that a
+// trusted node does not list runs no container of this runtime (not started yet, or done):
+// it starts on the current generation.
 func needsRestart(w Workload, t Target, tasks Tasks) bool {
 	for _, p := range w.Pods {
-		ts, reported := tasks[p.UID]
-		if !reported && p.Created.Before(t.CompletedAt) {
-			return true
+		if p.Node == "" {
+			continue // not scheduled: it will start on a current node
 		}
-		for _, task := range ts {
+		if !tasks.Trusted[p.Node] {
+			if p.Created.Before(t.CompletedAt) {
+				return true
+			}
+			continue
+		}
+		for _, task := range tasks.ByPod[p.UID] {
 			if task.Epoch != t.Epoch || task.Generation < t.Generation {
 				return true
 			}

@@ -27,16 +27,20 @@ func wl(name string, pods ...Pod) Workload {
 	return Workload{Kind: "Deployment", Namespace: "ns", Name: name, Pods: pods}
 }
 
-func pod(uid string, created time.Time) Pod { return Pod{UID: types.UID(uid), Created: created} }
+// pod is a pod on node "n" (trusted when the tasks say so).
+func pod(uid string, created time.Time) Pod {
+	return Pod{UID: types.UID(uid), Node: "n", Created: created}
+}
 
+// running: node "n" reports (fresh, complete) these pods on these generations.
 func running(gens map[string]int64) Tasks {
-	t := Tasks{}
+	t := Tasks{ByPod: map[types.UID][]brewletv1.NodeTask{}, Trusted: map[string]bool{"n": true}}
 	for uid, g := range gens {
 		e := epoch
 		if g < 0 { // a previous epoch
 			e, g = "e-0", -g
 		}
-		t[types.UID(uid)] = append(t[types.UID(uid)], brewletv1.NodeTask{PodUID: types.UID(uid), ID: "python", Epoch: e, Generation: g})
+		t.ByPod[types.UID(uid)] = append(t.ByPod[types.UID(uid)], brewletv1.NodeTask{PodUID: types.UID(uid), ID: "python", Epoch: e, Generation: g})
 	}
 	return t
 }
@@ -75,10 +79,14 @@ func TestDecide(t *testing.T) {
 			tasks: running(map[string]int64{"p1": -7}), want: "a:InProgress+patch"},
 		{name: "pods on the target: nothing to do or report", workloads: []Workload{wl("a", pod("p1", before))},
 			tasks: running(map[string]int64{"p1": 3})},
-		{name: "an unreported pod older than the completion is restarted (missing report: to be safe)",
+		{name: "a pod on a node without a report, older than the completion, is restarted (to be safe)",
 			workloads: []Workload{wl("a", pod("p1", before))}, want: "a:InProgress+patch"},
-		{name: "an unreported pod created after the completion is left alone",
+		{name: "a pod on a node without a report, created after the completion, is left alone",
 			workloads: []Workload{wl("a", pod("p1", completed.Add(time.Second)))}},
+		{name: "a pod a trusted node does not list runs nothing of the runtime: left alone",
+			workloads: []Workload{wl("a", pod("p1", before))}, tasks: running(map[string]int64{"other": 2})},
+		{name: "an unscheduled pod is left alone",
+			workloads: []Workload{wl("a", Pod{UID: "p1", Created: before})}},
 		{name: "OnDelete is not applicable", workloads: []Workload{func() Workload { w := wl("a", pod("p1", before)); w.NotApplicable = true; return w }()},
 			want: "a:NotApplicable"},
 		{name: "paused is deferred", workloads: []Workload{func() Workload { w := wl("a", pod("p1", before)); w.Deferred = "paused"; return w }()},
@@ -139,11 +147,11 @@ func TestTasksOfTrustsOnlyFreshCompleteReports(t *testing.T) {
 	}
 	tasks := TasksOf("python", []brewletv1.NodeRuntime{rep("fresh", true), rep("stale", true), rep("incomplete", false)},
 		func(n string) bool { return n != "stale" })
-	if len(tasks) != 1 || len(tasks["pod-fresh"]) != 1 {
-		t.Fatalf("tasks %v: only the fresh, complete node's python task counts", tasks)
+	if len(tasks.ByPod) != 1 || len(tasks.ByPod["pod-fresh"]) != 1 || !tasks.Trusted["fresh"] || len(tasks.Trusted) != 1 {
+		t.Fatalf("tasks %+v: only the fresh, complete node's python task counts", tasks)
 	}
 	// The stale node's pod is then unreported: restarted when older than the completion.
-	got := Decide(target, []Workload{wl("a", pod("pod-stale", before))}, tasks, nil, 0, policy, now)
+	got := Decide(target, []Workload{wl("a", Pod{UID: "pod-stale", Node: "stale", Created: before})}, tasks, nil, 0, policy, now)
 	if s := summary(got); s != "a:InProgress+patch" {
 		t.Fatalf("pod on a stale node: %s", s)
 	}
@@ -183,12 +191,13 @@ func TestTargetOnlyAfterCompletion(t *testing.T) {
 
 func TestRecordsBounded(t *testing.T) {
 	var ws []Workload
-	tasks := Tasks{}
+	gens := map[string]int64{}
 	for i := 0; i < MaxRecorded+10; i++ {
 		uid := fmt.Sprintf("p%03d", i)
 		ws = append(ws, wl(fmt.Sprintf("w%03d", i), pod(uid, before)))
-		tasks[types.UID(uid)] = []brewletv1.NodeTask{{PodUID: types.UID(uid), ID: "python", Epoch: epoch, Generation: 1}}
+		gens[uid] = 1
 	}
+	tasks := running(gens)
 	if n := len(Records(Decide(target, ws, tasks, nil, 0, policy, now))); n != MaxRecorded {
 		t.Fatalf("%d records", n)
 	}

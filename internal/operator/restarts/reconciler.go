@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -80,10 +79,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			// Not patched: it is not in progress. A refusal (the admission policy, RBAC)
 			// is recorded as the outcome and retried on the next pass.
 			log.FromContext(ctx).Error(err, "restart refused", "workload", a.Workload.Key())
+			patchesTotal.WithLabelValues(t.ID, "refused").Inc()
 			a.Record.Outcome, a.Record.Reason, a.Record.StartedAt = OutcomePending, "PatchRefused", nil
 			a.Record.Message = fmt.Sprintf("setting %s was refused: %v", vocab.AnnotationRotatedToGeneration, err)
 			continue
 		}
+		patchesTotal.WithLabelValues(t.ID, "applied").Inc()
 		log.FromContext(ctx).Info("restarting a workload onto the rotation's generation", "workload", a.Workload.Key(), "barrier", t.String())
 		r.event(a.Workload, corev1.EventTypeNormal, "RotationRestart", a.Record.Message)
 	}
@@ -96,6 +97,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.record(ctx, ri, records); err != nil {
 		return reconcile.Result{}, err
 	}
+	observe(t.ID, records)
 	for _, rec := range records {
 		if rec.Outcome == OutcomeInProgress || rec.Outcome == OutcomePending {
 			return reconcile.Result{RequeueAfter: 15 * time.Second}, nil
@@ -265,14 +267,14 @@ func uses(obj, template metav1.ObjectMeta, id string) bool {
 	return obj.Annotations[vocab.AnnotationRestartOnRotation] == "true" && template.Annotations[vocab.AnnotationRuntimeImage] == id
 }
 
-// pods fills in the workload's pods that run id (metadata only, from the cache).
+// pods fills in the workload's pods that run id (from the cache, stripped to what this
+// needs; see StripPod).
 func (r *Reconciler) pods(ctx context.Context, w *Workload, selector *metav1.LabelSelector, id string) error {
 	sel, err := metav1.LabelSelectorAsSelector(selector)
 	if err != nil || sel.Empty() {
 		return nil // an unusable selector selects nothing (the API server refuses such workloads)
 	}
-	pods := &metav1.PartialObjectMetadataList{}
-	pods.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "PodList"})
+	pods := &corev1.PodList{}
 	if err := r.Client.List(ctx, pods, client.InNamespace(w.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return err
 	}
@@ -280,9 +282,21 @@ func (r *Reconciler) pods(ctx context.Context, w *Workload, selector *metav1.Lab
 		if p.Annotations[vocab.AnnotationRuntimeImage] != id || p.DeletionTimestamp != nil {
 			continue
 		}
-		w.Pods = append(w.Pods, Pod{UID: p.UID, Created: p.CreationTimestamp.Time})
+		w.Pods = append(w.Pods, Pod{UID: p.UID, Node: p.Spec.NodeName, Created: p.CreationTimestamp.Time})
 	}
 	return nil
+}
+
+// StripPod is the pod cache's transform: rotation restarts read a pod's metadata and node
+// only, so a cluster's pods cost little memory (no containers, volumes or status).
+func StripPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID,
+		ResourceVersion: p.ResourceVersion, CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
+		Labels: p.Labels, Annotations: p.Annotations}, Spec: corev1.PodSpec{NodeName: p.Spec.NodeName}}, nil
 }
 
 func deploymentRolledOut(d *appsv1.Deployment) bool {

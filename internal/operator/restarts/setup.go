@@ -6,7 +6,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,7 +31,7 @@ type Options struct {
 	Namespaces []string
 }
 
-// Setup registers the controller. Workloads and pods (metadata only) are read through the
+// Setup registers the controller. Workloads and pods (stripped by StripPod) are read through the
 // manager's informers; a workload, pod or node report wakes the RuntimeImage it runs on.
 func Setup(mgr manager.Manager, o Options, agentNamespace string, skipNameValidation bool) error {
 	if !o.Enabled {
@@ -62,8 +61,6 @@ func Setup(mgr manager.Manager, o Options, agentNamespace string, skipNameValida
 	byPod := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return request(o.GetAnnotations()[vocab.AnnotationRuntimeImage])
 	})
-	pod := &metav1.PartialObjectMetadata{}
-	pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
 	return builder.ControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&brewletv1.RuntimeImage{}).
@@ -71,7 +68,7 @@ func Setup(mgr manager.Manager, o Options, agentNamespace string, skipNameValida
 		Watches(&appsv1.Deployment{}, byTemplate).
 		Watches(&appsv1.StatefulSet{}, byTemplate).
 		Watches(&appsv1.DaemonSet{}, byTemplate).
-		Watches(pod, byPod, builder.OnlyMetadata).
+		Watches(&corev1.Pod{}, byPod).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: &skipNameValidation}).
 		Complete(r)
 }
