@@ -121,10 +121,11 @@ Brewlet is running on a local cluster (%s in all).
   %s get runtimeimages,nodeprofiles,noderuntimes
   %s -n %s get pods -o wide
   %s get --raw /api/v1/namespaces/%s/services/%s:http/proxy/
+  %s status        # where is my rotation (docs/rotation.md)
 
 Component logs: %s/*/logs. Remove everything with: make down
 `, time.Since(start).Round(time.Second), c.Kubeconfig, kubectl(), kubectl(), firsthour.AppNamespace,
-		kubectl(), firsthour.AppNamespace, firsthour.App, framework.BaseDir())
+		kubectl(), firsthour.AppNamespace, firsthour.App, filepath.Join(c.WorkDir(), "bin", "brewlet"), framework.BaseDir())
 }
 
 // reuse returns the saved cluster when it is healthy; otherwise it removes whatever an earlier

@@ -1,5 +1,5 @@
 // Package cli implements the brewlet command: building, pushing, inspecting and verifying
-// application artifacts and runtime images.
+// application artifacts and runtime images, and reporting rotations (status).
 package cli
 
 import (
@@ -48,7 +48,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newPushCmd(), newInspectCmd(), newVerifyCmd(), newRuntimeCmd())
+	root.AddCommand(newPushCmd(), newInspectCmd(), newVerifyCmd(), newRuntimeCmd(), newStatusCmd())
 	return root
 }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -290,6 +291,23 @@ func TestRotationRestarts(t *testing.T) {
 		return strings.Contains(body, `brewlet_operator_rotation_restarts{id="python",outcome="Succeeded"} 2`) &&
 			strings.Contains(body, `brewlet_operator_rotation_restarts{id="python",outcome="Deferred"} 1`), "gauges not yet at the outcomes"
 	})
+	// `brewlet status` answers "where is my rotation" from the same status.
+	cli := buildCLI(t)
+	out, errOut, code := brewlet(t, cli, "status", "python", "--kubeconfig", w.cp.Kubeconfig, "-o", "json")
+	var sts []struct {
+		Generation    int64
+		Workloads     map[string]int
+		OldContainers []struct{ Pod string }
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &sts) != nil || len(sts) != 1 {
+		t.Fatalf("brewlet status -o json: exit %d: %s%s", code, out, errOut)
+	}
+	if s := sts[0]; s.Generation != 2 || s.Workloads["Succeeded"] != 2 || s.Workloads["Deferred"] != 1 || s.Workloads["NotApplicable"] != 1 || len(s.OldContainers) == 0 {
+		t.Errorf("brewlet status: %+v", s)
+	}
+	if table, _, _ := brewlet(t, cli, "status", "--kubeconfig", w.cp.Kubeconfig); !strings.Contains(table, "2 Succeeded · 1 Deferred · 1 NotApplicable") || !strings.Contains(table, "bystander-") {
+		t.Errorf("brewlet status table:\n%s", table)
+	}
 	evs, _ := w.cp.Kubectl(t, "-n", restartNS, "get", "events", "--field-selector", "reason=RotationRestart", "-o", "name")
 	if strings.Count(evs, "\n") < 2 {
 		t.Errorf("RotationRestart events on the workloads: %q", evs)

@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+func TestStatusTable(t *testing.T) {
+	ri := &brewletv1.RuntimeImage{ObjectMeta: metav1.ObjectMeta{Name: "python", UID: "e-1"}}
+	ri.Status = brewletv1.RuntimeImageStatus{Epoch: "e-1", Generation: 3, Digest: "sha256:2c368792963f7ae1f84416ba76094786f10fc6e244520fab65cf49ab293bdf91",
+		Conditions: []metav1.Condition{
+			{Type: string(vocab.ConditionApproved), Status: metav1.ConditionTrue, Reason: "Approved"},
+			{Type: string(vocab.ConditionRotationProgressing), Status: metav1.ConditionTrue, Reason: "Rotating"}},
+		Rotation: &brewletv1.RotationStatus{Nodes: brewletv1.RotationNodeCounts{Current: 3, Installing: 2, Failed: 1, Excluded: 1},
+			ExcludedNodes: []brewletv1.ExcludedNode{{Name: "n6", Reason: "PrivilegedRuntimeFile", Generation: 3}},
+			Restarts: []brewletv1.WorkloadRestart{
+				{Kind: "Deployment", Namespace: "shop", Name: "web", Outcome: "Succeeded"},
+				{Kind: "Deployment", Namespace: "shop", Name: "batch", Outcome: "Deferred", Message: "the Deployment is paused"}}},
+		TaskObservations: []brewletv1.TaskObservation{{NodeName: "n2", Current: false, Bindings: []brewletv1.TaskBinding{
+			{PodNamespace: "shop", PodName: "batch-1", ContainerName: "app", Epoch: "e-1", Generation: 2},
+			{PodNamespace: "ops", PodName: "old", ContainerName: "app", Epoch: "e-0", Generation: 9}}}},
+		OmittedNodes: 4}
+	s := StatusOf(ri)
+	if s.Workloads["Succeeded"] != 1 || s.Workloads["Deferred"] != 1 || len(s.OldContainers) != 2 {
+		t.Fatalf("summary %+v", s)
+	}
+	var b strings.Builder
+	if err := WriteTable(&b, []Status{s}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"python  generation 3 (sha256:2c368792963f…)  approved True (Approved)",
+		"[██████████░░░░░░░░░░] 3/6 current · 2 installing · 1 failed · 1 excluded  (Rotating)",
+		"excluded n6: PrivilegedRuntimeFile (generation 3)",
+		"1 Succeeded · 1 Deferred", "Deployment shop/batch Deferred: the Deployment is paused",
+		"old containers (2):", "stale", "batch-1", "9 (previous epoch)", "… and 4 more node(s)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "shop/web Succeeded") {
+		t.Errorf("succeeded workloads are counted, not listed:\n%s", out)
+	}
+}
+
+func TestStatusUsage(t *testing.T) {
+	var out, errOut strings.Builder
+	if code := Main([]string{"status", "-o", "xml"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "want table, json or yaml") {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+}
