@@ -78,8 +78,30 @@ func TestGenerationsLeasesAndCurrent(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(l.State, "leases", "bad.json"), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Leases(); err == nil {
-		t.Fatal("corrupt lease ignored")
+	if ls, err := l.Leases(); err == nil || len(ls) != 2 {
+		t.Fatalf("corrupt lease ignored, or the readable ones dropped: %v %+v", err, ls)
+	}
+	// A stale lease is released only as it was seen: a rewritten one stays.
+	seen := ls[0]
+	if seen.ContainerID != "c1" {
+		t.Fatalf("leases out of order: %+v", ls)
+	}
+	changed := seen
+	changed.CreatedAt = seen.CreatedAt.Add(-time.Second)
+	if ok, err := l.ReleaseStaleLease(changed); ok || err != nil {
+		t.Fatalf("released a lease other than the one seen: %v %v", ok, err)
+	}
+	if err := os.MkdirAll(l.ContainerDir("c1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := l.ReleaseStaleLease(seen); !ok || err != nil {
+		t.Fatalf("stale lease not released: %v %v", ok, err)
+	}
+	if _, err := os.Stat(l.ContainerDir("c1")); !os.IsNotExist(err) {
+		t.Fatalf("exec state of a released lease kept: %v", err)
+	}
+	if ok, err := l.ReleaseStaleLease(seen); ok || err != nil {
+		t.Fatalf("second release: %v %v", ok, err)
 	}
 	if err := l.ReleaseLease("c1"); err != nil {
 		t.Fatal(err)

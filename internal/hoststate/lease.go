@@ -85,7 +85,9 @@ func (l Layout) ReleaseLease(containerID string) error {
 }
 
 // Leases lists every lease. An unreadable lease is returned as an error, never skipped:
-// garbage collection must keep everything when it cannot account for a lease.
+// garbage collection must keep everything when it cannot account for a lease. With the
+// error come the leases that were readable (the node report keeps them). A lease removed
+// between listing and reading (its container was released meanwhile) is simply gone.
 func (l Layout) Leases() ([]Lease, error) {
 	dir := filepath.Join(l.State, "leases")
 	ents, err := os.ReadDir(dir)
@@ -96,17 +98,61 @@ func (l Layout) Leases() ([]Lease, error) {
 		return nil, err
 	}
 	var out []Lease
+	var errs error
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), ".tmp-") || !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
 		var ls Lease
-		if err := readJSON(filepath.Join(dir, e.Name()), &ls); err != nil {
-			return nil, fmt.Errorf("unreadable lease: %w", err)
+		if err := readJSON(filepath.Join(dir, e.Name()), &ls); errors.Is(err, fs.ErrNotExist) {
+			continue
+		} else if err != nil {
+			errs = errors.Join(errs, fmt.Errorf("unreadable lease: %w", err))
+			continue
 		}
 		out = append(out, ls)
 	}
-	return out, nil
+	return out, errs
+}
+
+// ReleaseStaleLease removes the lease of a container that containerd no longer runs (its
+// shim died before releasing it), with the exclusive lock of the lease's runtime ID, so it
+// never interleaves with a shim resolving and writing a lease of that ID or with garbage
+// collection. It removes the lease only if the file still is the one the caller decided
+// on (same container, ID and creation time), and the container's exec state with it, as
+// the shim's own release does. It reports whether it removed the lease.
+func (l Layout) ReleaseStaleLease(seen Lease) (bool, error) {
+	if err := checkContainerID(seen.ContainerID); err != nil {
+		return false, err
+	}
+	if err := checkID(seen.ID); err != nil {
+		return false, err
+	}
+	released := false
+	release := func() error {
+		var now Lease
+		if err := readJSON(l.LeaseFile(seen.ContainerID), &now); errors.Is(err, fs.ErrNotExist) {
+			return nil // released meanwhile
+		} else if err != nil {
+			return err
+		}
+		if now.ContainerID != seen.ContainerID || now.ID != seen.ID || !now.CreatedAt.Equal(seen.CreatedAt) {
+			return nil // not the lease the caller saw: leave it
+		}
+		if err := os.Remove(l.LeaseFile(seen.ContainerID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		released = true
+		return os.RemoveAll(l.ContainerDir(seen.ContainerID))
+	}
+	if _, err := os.Stat(l.RuntimeDir(seen.ID)); errors.Is(err, fs.ErrNotExist) {
+		// Nothing of the ID is on the node (taking its lock would create its directory, and
+		// with it a runtime ID the agent then holds): no shim can lease it without creating
+		// that directory first, and a new lease would be another container's file.
+		return released, release()
+	}
+	err := l.withLock(seen.ID, unix.LOCK_EX, release)
+	return released, err
 }
 
 // CollectUnder runs fn with the exclusive lock of a runtime ID, after which no shim can

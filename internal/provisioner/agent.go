@@ -38,6 +38,12 @@ type Agent struct {
 	Collector *Collector
 	// Metrics, when set, counts installs.
 	Metrics *Metrics
+	// Tasks answers which containers containerd still runs, to reconcile the shim's leases
+	// against (nil: nobody to ask, so the report is never complete and no lease is released).
+	Tasks TaskSource
+	// TaskGrace is how old a lease must be before its missing task makes it stale (0:
+	// DefaultTaskGrace).
+	TaskGrace time.Duration
 	// Host is what PrepareHost did to the node (shim, containerd handler), for the report.
 	Host *brewletv1.NodeCleanup
 	Log  func(format string, args ...any)

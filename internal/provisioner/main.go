@@ -87,6 +87,7 @@ func Main(ctx context.Context, o Options) error {
 		Installer: &Installer{Layout: layout, Insecure: o.InsecureRegistries, Mirrors: o.Mirrors,
 			Platform: v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}},
 		Collector: &Collector{Layout: layout, Grace: o.GCGrace, MountInfo: o.MountInfo},
+		Tasks:     &ContainerdTasks{Socket: o.ContainerdSocket},
 		Log:       log.Printf}
 	if o.MetricsAddress != "" {
 		reg := prometheus.NewRegistry()

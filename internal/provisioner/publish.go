@@ -72,20 +72,14 @@ func (a *Agent) publishLabels(ctx context.Context, node *corev1.Node) error {
 
 // publishStatus writes the NodeRuntime status when it changed (not on every pass).
 func (a *Agent) publishStatus(ctx context.Context, node *corev1.Node, nrt *brewletv1.NodeRuntime) error {
-	st := brewletv1.NodeRuntimeStatus{NodeUID: node.UID, AgentPodUID: a.PodUID, Complete: true, Cleanup: a.Host}
+	st := brewletv1.NodeRuntimeStatus{NodeUID: node.UID, AgentPodUID: a.PodUID, Cleanup: a.Host}
 	for _, e := range a.states {
 		st.Runtimes = append(st.Runtimes, e)
 	}
 	sort.Slice(st.Runtimes, func(i, j int) bool { return st.Runtimes[i].ID < st.Runtimes[j].ID })
-	leases, err := a.Layout.Leases()
-	if err != nil {
-		st.Complete = false // an unreadable lease: the report cannot claim to be complete
-	}
-	for _, l := range leases {
-		st.Tasks = append(st.Tasks, brewletv1.NodeTask{PodNamespace: l.PodNamespace, PodName: l.PodName,
-			PodUID: types.UID(l.PodUID), ContainerName: l.ContainerName, ID: l.ID, Epoch: types.UID(l.Epoch), Generation: l.Generation})
-	}
-	sort.Slice(st.Tasks, func(i, j int) bool {
+	// Complete only when every lease was read and containerd said which of them still run.
+	st.Tasks, st.Complete = a.reportTasks(ctx)
+	sort.SliceStable(st.Tasks, func(i, j int) bool {
 		return st.Tasks[i].PodUID+types.UID(st.Tasks[i].ContainerName) < st.Tasks[j].PodUID+types.UID(st.Tasks[j].ContainerName)
 	})
 	// The operator writes this object's spec while the pass runs: on a conflict the status

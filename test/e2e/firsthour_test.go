@@ -199,6 +199,9 @@ func firstHourAgentToken(t *testing.T, f *firsthour.Flow) {
 	if writer != "brewlet-provisioner" {
 		t.Errorf("NodeRuntime status written by %q, want the agent (brewlet-provisioner)", writer)
 	}
+	if !nrt.Status.Complete {
+		t.Errorf("NodeRuntime complete=false: the agent pod did not reconcile its leases with containerd's tasks")
+	}
 	if nrt.Status.AgentPodUID != agentPod.UID {
 		t.Errorf("NodeRuntime agentPodUID %q, want the agent pod's %q", nrt.Status.AgentPodUID, agentPod.UID)
 	}
