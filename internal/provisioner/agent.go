@@ -44,6 +44,8 @@ type Agent struct {
 	// TaskGrace is how old a lease must be before its missing task makes it stale (0:
 	// DefaultTaskGrace).
 	TaskGrace time.Duration
+	// Wake, when set, ends the pause between passes early (see Wakeup).
+	Wake <-chan struct{}
 	// Host is what PrepareHost did to the node (shim, containerd handler), for the report.
 	Host *brewletv1.NodeCleanup
 	Log  func(format string, args ...any)
@@ -111,7 +113,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.logf("reconcile: %v", err)
 		}
 		// Sleep a period, but wake at once when an install finished (its result is
-		// authorized without waiting a period) or a container asked for an OnDemand install.
+		// authorized without waiting a period), a container asked for an OnDemand install,
+		// or the node's directives or a runtime's approval changed (Wake).
 		timer := time.NewTimer(a.Period)
 		for wait := true; wait; {
 			select {
@@ -121,6 +124,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			case <-timer.C:
 				wait = false
 			case <-a.jobs.finished:
+				wait = false
+			case <-a.Wake:
 				wait = false
 			case <-time.After(250 * time.Millisecond):
 				wait = !a.newRequest()

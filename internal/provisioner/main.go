@@ -71,7 +71,7 @@ func Main(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: Scheme()})
 	if err != nil {
 		return err
 	}
@@ -89,6 +89,9 @@ func Main(ctx context.Context, o Options) error {
 		Collector: &Collector{Layout: layout, Grace: o.GCGrace, MountInfo: o.MountInfo},
 		Tasks:     &ContainerdTasks{Socket: o.ContainerdSocket},
 		Log:       log.Printf}
+	wake := make(chan struct{}, 1)
+	go Wakeup{Client: c, NodeName: o.NodeName, Log: log.Printf}.Run(ctx, wake)
+	agent.Wake = wake
 	if o.MetricsAddress != "" {
 		reg := prometheus.NewRegistry()
 		agent.Metrics = NewMetrics(layout, reg)

@@ -20,7 +20,6 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
@@ -29,7 +28,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
@@ -1222,17 +1220,9 @@ func TestChartOnAPIServer(t *testing.T) {
 // every verb the operator uses is proven granted, not only listed.
 func chartOperatorUnderRBAC(t *testing.T, cp *framework.ControlPlane) {
 	ctx, c := context.Background(), cp.Client
-	cs, err := kubernetes.NewForConfig(cp.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := cs.CoreV1().ServiceAccounts(chartNS).CreateToken(ctx, "brewlet-operator", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Ready: informers synced and the pod admission certificate (its Secret, by name)
 	// loaded.
-	op := startOperatorProcess(t, cp, tr.Status.Token, chartNS)
+	op := startOperatorProcess(t, cp, operatorSAToken(t, cp), chartNS)
 	defer op.stop(t, 30*time.Second)
 	wait := func(what string, cond func() (bool, string)) {
 		t.Helper()

@@ -85,11 +85,17 @@ func operatorToken(t *testing.T, cp *framework.ControlPlane, chartArgs ...string
 			t.Fatalf("create %s %s: %v", o.Kind, o.Name, err)
 		}
 	}
+	return operatorSAToken(t, cp)
+}
+
+// operatorSAToken is a fresh token of the chart's operator service account in chartNS.
+func operatorSAToken(t *testing.T, cp *framework.ControlPlane) string {
+	t.Helper()
 	cs, err := kubernetes.NewForConfig(cp.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := cs.CoreV1().ServiceAccounts(chartNS).CreateToken(ctx, "brewlet-operator", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	tr, err := cs.CoreV1().ServiceAccounts(chartNS).CreateToken(context.Background(), "brewlet-operator", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,64 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/hoststate"
+	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/test/framework"
+)
+
+// An agent pausing two minutes between passes still acts within seconds when its node's
+// directives change (a rotation's wave allows generation 2) or a runtime is revoked: it
+// watches its own NodeRuntime's spec and the RuntimeImages' approval, not the rotation
+// counts every other node's report changes.
+func TestAgentWakesOnChanges(t *testing.T) {
+	e := newAgentEnv(t, "Eager")
+	ctx := context.Background()
+	host := hoststate.Under(e.n.HostPrefix)
+	wc, err := client.NewWithWatch(e.cp.Config, client.Options{Scheme: framework.Scheme()})
+	e.must(err)
+	wake := make(chan struct{}, 1)
+	agent := &provisioner.Agent{Client: e.c, NodeName: e.nodeName, Layout: host, AuthTTL: 5 * time.Minute, Period: 2 * time.Minute,
+		Log: t.Logf, Wake: wake, Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	defer func() { stop(); <-ran }()
+	go provisioner.Wakeup{Client: wc, NodeName: e.nodeName, Log: t.Logf}.Run(runCtx, wake)
+	go func() { defer close(ran); _ = agent.Run(runCtx) }()
+
+	current := func() int64 {
+		ref, err := host.Current(pyID)
+		if err != nil {
+			return 0
+		}
+		g, err := host.ReadGeneration(pyID, ref)
+		if err != nil {
+			return 0
+		}
+		return g.Generation
+	}
+	// Well within the first period: the first pass installs, the finished install wakes it.
+	waitFor(t, 60*time.Second, "generation 1 installed", func() bool { return current() == 1 })
+
+	ri := &brewletv1.RuntimeImage{}
+	e.must(e.c.Get(ctx, client.ObjectKey{Name: pyID}, ri))
+	ri.Spec.Source.Image = e.refs["python2"]
+	e.must(e.c.Update(ctx, ri))
+	// Far less than a period: only the NodeRuntime spec change can have woken it.
+	waitFor(t, 60*time.Second, "generation 2 installed after the rotation", func() bool { return current() == 2 })
+
+	e.must(e.c.Get(ctx, client.ObjectKey{Name: pyID}, ri))
+	ri.Spec.Revoked = true
+	e.must(e.c.Update(ctx, ri))
+	waitFor(t, 30*time.Second, "the authorization revoked", func() bool {
+		a, err := host.ReadAuthorization(pyID)
+		return err == nil && a.Revoked
+	})
+}
