@@ -202,6 +202,11 @@ func firstHourAgentToken(t *testing.T, f *firsthour.Flow) {
 	if !nrt.Status.Complete {
 		t.Errorf("NodeRuntime complete=false: the agent pod did not reconcile its leases with containerd's tasks")
 	}
+	// Its watches (wake-ups) work under the chart's RBAC: no failure logged.
+	logs, err := f.Clients.CS.CoreV1().Pods(agentPod.Namespace).GetLogs(agentPod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil || strings.Contains(string(logs), "watch for changes:") {
+		t.Errorf("agent log (%v):\n%s", err, logs)
+	}
 	if nrt.Status.AgentPodUID != agentPod.UID {
 		t.Errorf("NodeRuntime agentPodUID %q, want the agent pod's %q", nrt.Status.AgentPodUID, agentPod.UID)
 	}
