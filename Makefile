@@ -80,8 +80,10 @@ runtimes:
 	@test -n "$(REGISTRY)" || { echo "usage: make runtimes REGISTRY=127.0.0.1:5000" >&2; exit 2; }
 	hack/runtimes.sh $(REGISTRY) all
 
-## bench: shim memory and CRI create+start latency, brewlet against stock runc, as ratios
-## (BENCH_PODS=6 by default; results go to docs/benchmarks.md by hand)
+## bench: shim memory and CRI create+start latency against stock runc, runtime install
+## against ctr pull, and the payoff: N apps as conventional images (shared and drifted
+## bases) against Brewlet, incl. a CVE rotation (BENCH_PODS=6, BENCH_APPS=20, BENCH_BASES=5;
+## writes docs/payoff.svg; results go to docs/benchmarks.md by hand)
 bench: tools
 	go test -tags bench -count=1 -timeout 30m -run 'TestBench' -v ./test/e2e/ | grep -E '^\||^(ok|FAIL|---)'
 
