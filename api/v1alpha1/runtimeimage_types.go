@@ -136,6 +136,7 @@ type RotationStatus struct {
 	ExcludedNodes []ExcludedNode `json:"excludedNodes,omitempty"`
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=100
 	Restarts []WorkloadRestart `json:"restarts,omitempty"`
 }
 

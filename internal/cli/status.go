@@ -164,6 +164,9 @@ func newStatusCmd() *cobra.Command {
 			if o.output != "table" && o.output != "json" && o.output != "yaml" {
 				return usageError{fmt.Errorf("-o %q: want table, json or yaml", o.output)}
 			}
+			if o.interval < time.Second {
+				return usageError{fmt.Errorf("--interval %s: at least 1s", o.interval)}
+			}
 			cl, err := statusClient(o.kubeconfig)
 			if err != nil {
 				return err
@@ -173,8 +176,12 @@ func newStatusCmd() *cobra.Command {
 				id = args[0]
 			}
 			for {
-				if err := printStatus(cmd.Context(), cl, id, o.output, cmd.OutOrStdout()); err != nil || !o.watch {
+				err := printStatus(cmd.Context(), cl, id, o.output, cmd.OutOrStdout())
+				if !o.watch {
 					return err
+				}
+				if err != nil { // watching: a passing API error is shown, not the end
+					fmt.Fprintf(cmd.ErrOrStderr(), "%v (retrying)\n", err)
 				}
 				select {
 				case <-cmd.Context().Done():

@@ -149,7 +149,8 @@ func (l Layout) ReleaseStaleLease(seen Lease) (bool, error) {
 		// Nothing of the ID is on the node (taking its lock would create its directory, and
 		// with it a runtime ID the agent then holds): no shim can lease it without creating
 		// that directory first, and a new lease would be another container's file.
-		return released, release()
+		err := release()
+		return released, err
 	}
 	err := l.withLock(seen.ID, unix.LOCK_EX, release)
 	return released, err

@@ -57,6 +57,7 @@ func runtimeImageKey(o any) (string, any, bool) {
 func (w Wakeup) loop(ctx context.Context, wake chan<- struct{}, list client.ObjectList, opts []client.ListOption, key func(any) (string, any, bool)) {
 	seen := map[string]any{}
 	for ctx.Err() == nil {
+		opened := time.Now()
 		wi, err := w.Client.Watch(ctx, list, opts...)
 		if err != nil {
 			w.logf("watch for changes: %v (retrying; periodic passes continue)", err)
@@ -91,6 +92,15 @@ func (w Wakeup) loop(ctx context.Context, wake chan<- struct{}, list client.Obje
 			}
 		}
 		wi.Stop()
+		// A watch the API server ends at once (overloaded, a proxy) is not re-opened in a
+		// tight loop: each reconnect replays every object.
+		if time.Since(opened) < 10*time.Second {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Second):
+			}
+		}
 	}
 }
 

@@ -33,8 +33,16 @@ const (
 	OutcomeNotApplicable = "NotApplicable" // OnDelete: pods are replaced only when deleted
 )
 
-// MaxRecorded bounds status.rotation.restarts; the counts in the condition stay exact.
+// MaxRecorded bounds status.rotation.restarts (the CRD's maxItems). When there are more,
+// the records that hold or want a slot are kept first, so deadlines are never lost.
 const MaxRecorded = 100
+
+// ReasonPatchRefused: the barrier patch was refused (admission, RBAC, a conflict); retried
+// after the other waiting workloads.
+const ReasonPatchRefused = "PatchRefused"
+
+// protectedNamespaces are never restarted (the chart's admission policy refuses it too).
+var protectedNamespaces = map[string]bool{"kube-system": true, "kube-public": true, "kube-node-lease": true}
 
 // Barrier is the value of the pod-template annotation brewlet.sh/rotated-to-generation.
 type Barrier struct {
@@ -179,6 +187,9 @@ type Action struct {
 func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.WorkloadRestart, inFlight int, p Policy, now time.Time) []Action {
 	prev := map[string]brewletv1.WorkloadRestart{}
 	for _, r := range previous {
+		if r.StartedAt != nil && r.StartedAt.Time.Before(t.CompletedAt) {
+			continue // started for an earlier target: its deadline and outcome are not this one's
+		}
 		prev[r.Kind+"/"+r.Namespace+"/"+r.Name] = r
 	}
 	slices.SortFunc(workloads, func(a, b Workload) int { return strings.Compare(a.Key(), b.Key()) })
@@ -211,6 +222,9 @@ func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.Wo
 			}
 		case !needsRestart(w, t, tasks):
 			continue // nothing runs an older generation: nothing to do or report
+		case protectedNamespaces[w.Namespace]:
+			rec.Outcome, rec.Reason = OutcomeNotApplicable, string(vocab.ReasonRestartNotApplicable)
+			rec.Message = fmt.Sprintf("Brewlet never restarts workloads in %s (the admission policy refuses it too); restart it by hand", w.Namespace)
 		case hasBarrier && b.ID == t.ID && b.Epoch != t.Epoch:
 			rec.Outcome, rec.Reason = OutcomeDeferred, string(vocab.ReasonRestartDeferred)
 			rec.Message = fmt.Sprintf("the pod template's %s names epoch %s, not %s: a barrier of another epoch is never overwritten automatically; remove the annotation to let Brewlet restart it", vocab.AnnotationRotatedToGeneration, b.Epoch, t.Epoch)
@@ -219,12 +233,32 @@ func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.Wo
 			rec.Message = "updateStrategy OnDelete replaces pods only when they are deleted; delete the pods on older generations to move them"
 		case w.Deferred != "":
 			rec.Outcome, rec.Reason, rec.Message = OutcomeDeferred, string(vocab.ReasonRestartDeferred), w.Deferred
+		case had && old.Outcome == OutcomeInProgress && old.StartedAt != nil && now.Sub(old.StartedAt.Time) <= p.ProgressDeadline:
+			// Patched by an earlier pass whose write the workload cache has not shown yet:
+			// never patch twice.
+			rec = old
+			busy++
 		default:
 			rec.Outcome, rec.Message = OutcomePending, fmt.Sprintf("pods run an older generation of %s; waiting for a restart slot (at most %d at once)", t.ID, p.MaxConcurrent)
+			if had && old.Reason == ReasonPatchRefused {
+				rec.Reason, rec.Message = old.Reason, old.Message
+			}
 			waiting = append(waiting, len(actions))
 		}
 		actions = append(actions, Action{Workload: w, Record: rec})
 	}
+	// Workloads whose last patch was refused go last: they must not take every slot again
+	// and starve the others.
+	slices.SortStableFunc(waiting, func(a, b int) int {
+		ra, rb := actions[a].Record.Reason == ReasonPatchRefused, actions[b].Record.Reason == ReasonPatchRefused
+		switch {
+		case ra == rb:
+			return 0
+		case ra:
+			return 1
+		}
+		return -1
+	})
 	for _, i := range waiting {
 		if busy >= p.MaxConcurrent {
 			break
@@ -232,19 +266,33 @@ func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.Wo
 		busy++
 		a := &actions[i]
 		a.Patch = true
-		a.Record.Outcome, a.Record.Message = OutcomeInProgress, fmt.Sprintf("restarting to move pods to %s generation %d", t.ID, t.Generation)
+		a.Record.Outcome, a.Record.Reason = OutcomeInProgress, ""
+		a.Record.Message = fmt.Sprintf("restarting to move pods to %s generation %d", t.ID, t.Generation)
 		a.Record.StartedAt = &metav1.Time{Time: now}
 	}
 	return actions
 }
 
-// Records are the actions' records, bounded by MaxRecorded (sorted by workload).
+// Records are the actions' records, bounded by MaxRecorded: those holding or waiting for a
+// slot, and failures, before settled ones; by workload within each.
 func Records(actions []Action) []brewletv1.WorkloadRestart {
 	out := make([]brewletv1.WorkloadRestart, 0, len(actions))
 	for _, a := range actions {
 		out = append(out, a.Record)
 	}
 	if len(out) > MaxRecorded {
+		rank := map[string]int{OutcomeInProgress: 0, OutcomePending: 1, OutcomeFailed: 2}
+		slices.SortStableFunc(out, func(a, b brewletv1.WorkloadRestart) int {
+			ra, oka := rank[a.Outcome]
+			rb, okb := rank[b.Outcome]
+			if !oka {
+				ra = 3
+			}
+			if !okb {
+				rb = 3
+			}
+			return ra - rb
+		})
 		out = out[:MaxRecorded]
 	}
 	if len(out) == 0 {

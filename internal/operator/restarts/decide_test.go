@@ -17,7 +17,7 @@ const epoch = types.UID("e-1")
 
 var (
 	completed = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	now       = completed.Add(time.Minute)
+	now       = completed.Add(20 * time.Minute)
 	target    = Target{Barrier: Barrier{ID: "python", Epoch: epoch, Generation: 3}, CompletedAt: completed}
 	policy    = Policy{MaxConcurrent: 2, ProgressDeadline: 10 * time.Minute}
 	before    = completed.Add(-time.Hour)
@@ -116,6 +116,27 @@ func TestDecide(t *testing.T) {
 			workloads: []Workload{wl("c", pod("p3", before)), wl("a", pod("p1", before)), wl("b", pod("p2", before))},
 			tasks:     running(map[string]int64{"p1": 2, "p2": 1, "p3": 2}), inFlight: 1,
 			want: "a:InProgress+patch b:Pending c:Pending"},
+		{name: "a record of an earlier target holds no slot and lends no deadline",
+			workloads: []Workload{wl("a", pod("p1", before)), wl("b", pod("p2", before))},
+			tasks:     running(map[string]int64{"p1": 2, "p2": 2}),
+			previous: []brewletv1.WorkloadRestart{{Kind: "Deployment", Namespace: "ns", Name: "a", Outcome: OutcomeInProgress,
+				StartedAt: &metav1.Time{Time: completed.Add(-time.Hour)}}},
+			want: "a:InProgress+patch b:InProgress+patch"},
+		{name: "patched by an earlier pass, the cache not showing it yet: no second patch",
+			workloads: []Workload{wl("a", pod("p1", before)), wl("b", pod("p2", before)), wl("c", pod("p3", before))},
+			tasks:     running(map[string]int64{"p1": 2, "p2": 2, "p3": 2}),
+			previous:  []brewletv1.WorkloadRestart{{Kind: "Deployment", Namespace: "ns", Name: "a", Outcome: OutcomeInProgress, StartedAt: started, Message: "restarting"}},
+			want:      "a:InProgress b:InProgress+patch c:Pending"},
+		{name: "refused patches wait behind the others",
+			workloads: []Workload{wl("a", pod("p1", before)), wl("b", pod("p2", before)), wl("c", pod("p3", before))},
+			tasks:     running(map[string]int64{"p1": 2, "p2": 2, "p3": 2}),
+			previous: []brewletv1.WorkloadRestart{{Kind: "Deployment", Namespace: "ns", Name: "a", Outcome: OutcomePending, Reason: ReasonPatchRefused, Message: "refused"},
+				{Kind: "Deployment", Namespace: "ns", Name: "b", Outcome: OutcomePending, Reason: ReasonPatchRefused, Message: "refused"}},
+			// c, never refused, gets a slot before them although it sorts last.
+			want: "a:InProgress+patch b:Pending c:InProgress+patch"},
+		{name: "system namespaces are never restarted",
+			workloads: []Workload{func() Workload { w := wl("a", pod("p1", before)); w.Namespace = "kube-system"; return w }()},
+			tasks:     running(map[string]int64{"p1": 2}), want: "a:NotApplicable"},
 		{name: "a newer rotation supersedes an earlier barrier",
 			workloads: []Workload{func() Workload { w := wl("a", pod("p1", before)); w.Barrier = barrier(2, epoch); return w }()},
 			tasks:     running(map[string]int64{"p1": 2}), want: "a:InProgress+patch"},
@@ -198,7 +219,12 @@ func TestRecordsBounded(t *testing.T) {
 		gens[uid] = 1
 	}
 	tasks := running(gens)
-	if n := len(Records(Decide(target, ws, tasks, nil, 0, policy, now))); n != MaxRecorded {
-		t.Fatalf("%d records", n)
+	recs := Records(Decide(target, ws, tasks, nil, 0, policy, now))
+	if len(recs) != MaxRecorded {
+		t.Fatalf("%d records", len(recs))
+	}
+	// The two that hold slots come first, whatever their names.
+	if recs[0].Outcome != OutcomeInProgress || recs[1].Outcome != OutcomeInProgress || InProgress(recs) != policy.MaxConcurrent {
+		t.Fatalf("kept records start with %+v, %+v", recs[0], recs[1])
 	}
 }

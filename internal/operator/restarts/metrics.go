@@ -21,6 +21,12 @@ var (
 
 func init() { ctrlmetrics.Registry.MustRegister(restartsGauge, patchesTotal) }
 
+// forget drops a RuntimeImage that is gone.
+func forget(id string) {
+	restartsGauge.DeletePartialMatch(prometheus.Labels{"id": id})
+	patchesTotal.DeletePartialMatch(prometheus.Labels{"id": id})
+}
+
 // observe exports the records of one RuntimeImage; every outcome is set, zero included.
 func observe(id string, records []brewletv1.WorkloadRestart) {
 	counts := map[string]int{OutcomePending: 0, OutcomeInProgress: 0, OutcomeSucceeded: 0, OutcomeFailed: 0, OutcomeDeferred: 0, OutcomeNotApplicable: 0}

@@ -2,6 +2,7 @@ package restarts
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -38,6 +39,9 @@ type Reconciler struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	ri := &brewletv1.RuntimeImage{}
 	if err := r.Client.Get(ctx, req.NamespacedName, ri); err != nil {
+		if apierrors.IsNotFound(err) {
+			forget(req.Name)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	t, ok := TargetOf(ri)
@@ -80,7 +84,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			// is recorded as the outcome and retried on the next pass.
 			log.FromContext(ctx).Error(err, "restart refused", "workload", a.Workload.Key())
 			patchesTotal.WithLabelValues(t.ID, "refused").Inc()
-			a.Record.Outcome, a.Record.Reason, a.Record.StartedAt = OutcomePending, "PatchRefused", nil
+			a.Record.Outcome, a.Record.Reason, a.Record.StartedAt = OutcomePending, ReasonPatchRefused, nil
 			a.Record.Message = fmt.Sprintf("setting %s was refused: %v", vocab.AnnotationRotatedToGeneration, err)
 			continue
 		}
@@ -152,8 +156,14 @@ func (r *Reconciler) inFlightElsewhere(ctx context.Context, id string) (int, err
 	}
 	n := 0
 	for i := range ris.Items {
-		if ris.Items[i].Name != id && ris.Items[i].Status.Rotation != nil {
-			n += InProgress(ris.Items[i].Status.Rotation.Restarts)
+		t, ok := TargetOf(&ris.Items[i])
+		if ris.Items[i].Name == id || !ok {
+			continue
+		}
+		for _, r := range ris.Items[i].Status.Rotation.Restarts {
+			if r.Outcome == OutcomeInProgress && r.StartedAt != nil && !r.StartedAt.Time.Before(t.CompletedAt) {
+				n++
+			}
 		}
 	}
 	return n, nil
@@ -168,8 +178,12 @@ func (r *Reconciler) patch(ctx context.Context, w Workload, b Barrier) error {
 	}
 	obj.SetNamespace(w.Namespace)
 	obj.SetName(w.Name)
-	body := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, vocab.AnnotationRotatedToGeneration, b.String())
-	return r.Client.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", []byte(body)))
+	body, err := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
+		"annotations": map[string]string{vocab.AnnotationRotatedToGeneration: b.String()}}}}})
+	if err != nil {
+		return err
+	}
+	return r.Client.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", body))
 }
 
 func (r *Reconciler) event(w Workload, typ, reason, msg string) {

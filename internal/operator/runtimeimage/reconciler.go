@@ -189,8 +189,11 @@ func ReadHeartbeats(ctx context.Context, c client.Reader, namespace string) (Hea
 		return nil, fmt.Errorf("list agent Leases in %s: %w", namespace, err)
 	}
 	for _, l := range leases.Items {
+		// A released Lease (holder cleared, renewTime set at release: an agent stopping for a
+		// rolling update) still counts from its renewTime, so the handover between agents
+		// never makes a node look silent.
 		node, ok := strings.CutPrefix(l.Name, vocab.AgentLeasePrefix)
-		if !ok || l.Spec.RenewTime == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		if !ok || l.Spec.RenewTime == nil {
 			continue
 		}
 		out[node] = l.Spec.RenewTime.Time

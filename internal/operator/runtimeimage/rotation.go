@@ -32,11 +32,9 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 	}
 	rot := st.Rotation.DeepCopy()
 	if rot == nil || rot.Target.Generation != st.Generation || rot.Target.Digest != st.Digest {
-		var restarts []brewletv1.WorkloadRestart
-		if rot != nil {
-			restarts = rot.Restarts // owned by rotation restarts, kept as read
-		}
-		rot = &brewletv1.RotationStatus{Target: brewletv1.RotationTarget{Generation: st.Generation, Digest: st.Digest, AssignedAt: now}, Restarts: restarts}
+		// A new target: the restart records (owned by rotation restarts, otherwise kept as
+		// read) were about the previous one; none of them holds a slot any more.
+		rot = &brewletv1.RotationStatus{Target: brewletv1.RotationTarget{Generation: st.Generation, Digest: st.Digest, AssignedAt: now}}
 	}
 	var counts brewletv1.RotationNodeCounts
 	var excluded []brewletv1.ExcludedNode

@@ -144,3 +144,14 @@ func TestEvents(t *testing.T) {
 		t.Fatalf("completion events %s", got)
 	}
 }
+
+// A new target drops the previous target's restart records: none of them holds a slot.
+func TestNewTargetDropsRestartRecords(t *testing.T) {
+	r := ri(finalized, image(repo+dB), status(uid, 1, dA))
+	r.Status.Rotation = &brewletv1.RotationStatus{Target: brewletv1.RotationTarget{Generation: 1, Digest: dA},
+		Restarts: []brewletv1.WorkloadRestart{{Kind: "Deployment", Namespace: "ns", Name: "web", Outcome: "InProgress"}}}
+	d := Decide(r, nil, 1, allFresh, t1)
+	if d.Status.Rotation == nil || d.Status.Rotation.Target.Generation != 2 || len(d.Status.Rotation.Restarts) != 0 {
+		t.Fatalf("rotation %+v", d.Status.Rotation)
+	}
+}
