@@ -90,14 +90,14 @@ func (w *restartWorld) reportState(t *testing.T, gen int64, epoch string, state 
 		}
 		now := metav1.NewTime(time.Now().Truncate(time.Second))
 		st := brewletv1.NodeRuntimeStatus{Complete: true, ObservedAt: &now,
-			Runtimes: []brewletv1.NodeRuntimeEntry{{ID: w.id, Epoch: typesUID(epoch), Generation: gen, State: string(state)}}}
+			Runtimes: []brewletv1.NodeRuntimeEntry{{ID: w.id, Epoch: types.UID(epoch), Generation: gen, State: string(state)}}}
 		for i := range pods.Items {
 			p := &pods.Items[i]
 			if p.Spec.NodeName != node || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
 				continue
 			}
 			st.Tasks = append(st.Tasks, brewletv1.NodeTask{PodNamespace: p.Namespace, PodName: p.Name, PodUID: p.UID,
-				ContainerName: "app", ID: w.id, Epoch: typesUID(epoch), Generation: w.podGen(p)})
+				ContainerName: "app", ID: w.id, Epoch: types.UID(epoch), Generation: w.podGen(p)})
 		}
 		w.heartbeat(t, node)
 		nrt.Status = st
@@ -139,8 +139,6 @@ func restartDeployment(name string, optIn bool) *appsv1.Deployment {
 	}
 	return d
 }
-
-func typesUID(s string) types.UID { return types.UID(s) }
 
 // restartOutcomes renders status.rotation.restarts as "Kind/name=Outcome" sorted.
 func restartOutcomes(ri *brewletv1.RuntimeImage) string {

@@ -212,7 +212,7 @@ func newObject(kind string) (client.Object, error) {
 }
 
 // workloads lists the opted-in Deployments, StatefulSets and DaemonSets whose pods run
-// runtime id, with their pods (metadata only, from the cache).
+// runtime id, with their pods (from the cache, stripped by StripPod).
 func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, error) {
 	var out []Workload
 	var deps appsv1.DeploymentList
