@@ -83,8 +83,14 @@ deb() {
   local f
   f=$(compgen -G "$DEBS/${1}_${2//:/%3a}_*.deb" | head -1 || true)
   if [[ -z $f ]]; then
-    (cd "$DEBS" && apt-get download -qq "$1=$2" >/dev/null 2>&1) ||
-      { apt_update; (cd "$DEBS" && apt-get download -qq "$1=$2" >/dev/null); }
+    # Downloaded in a private directory and renamed into the cache: another build running
+    # at the same time never reads a half-written .deb.
+    local tmp
+    tmp=$(mktemp -d "$DEBS/.download.XXXXXX")
+    (cd "$tmp" && apt-get download -qq "$1=$2" >/dev/null 2>&1) ||
+      { apt_update; (cd "$tmp" && apt-get download -qq "$1=$2" >/dev/null); } || { rm -rf "$tmp"; return 1; }
+    for got in "$tmp"/*.deb; do mv -f "$got" "$DEBS/"; done
+    rm -rf "$tmp"
     f=$(compgen -G "$DEBS/${1}_${2//:/%3a}_*.deb" | head -1)
   fi
   echo "$f"

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -14,14 +15,17 @@ import (
 	"brewlet.sh/brewlet/internal/hoststate"
 )
 
-// Agent is the provisioner's loop for one node. Every pass reads the cluster straight from
-// the API server (a view confirmed fresh by the successful reads themselves), renews or
+// Agent is the provisioner's loop for one node. Every pass reads the cluster as the API
+// server has it now (quorum reads, or informers a quorum read confirmed), renews or
 // revokes authorizations, starts the installs the node's profile asks for (each in its own
 // worker: a pass never waits for a registry), and publishes labels and the NodeRuntime
 // status when they change. What the node holds is read from disk each pass, never from
 // the memory of an earlier process.
 type Agent struct {
-	Client    client.Client // uncached: reads are quorum reads
+	Client client.Client // uncached: reads are quorum reads
+	// View, when set, supplies the NodeProfiles and RuntimeImages from informers confirmed
+	// by a metadata-only quorum read each pass (nil: full quorum lists every pass).
+	View      *View
 	NodeName  string
 	PodUID    types.UID // this agent's pod, reported as agentPodUID (empty outside a pod)
 	Layout    hoststate.Layout
@@ -184,27 +188,31 @@ func (a *Agent) Reconcile(ctx context.Context) error {
 	for _, id := range requests {
 		a.handled[id] = true
 	}
-	node := &corev1.Node{}
-	if err := a.Client.Get(ctx, client.ObjectKey{Name: a.NodeName}, node); err != nil {
-		return fmt.Errorf("read node %s: %w", a.NodeName, err)
+	// Every read below is a quorum read (or confirmed by one): authorizations renewed from
+	// them count from the moment the first began.
+	confirmed := time.Now()
+	node, err := a.readNode(ctx)
+	if err != nil {
+		return err
 	}
-	var profiles brewletv1.NodeProfileList
-	if err := a.Client.List(ctx, &profiles); err != nil {
-		return fmt.Errorf("list NodeProfiles: %w", err)
+	var profileList []brewletv1.NodeProfile
+	var imageList []brewletv1.RuntimeImage
+	if a.View != nil {
+		profileList, imageList, err = a.View.Read(ctx)
+	} else {
+		profileList, imageList, err = ListDirect(ctx, a.Client)
 	}
-	var ris brewletv1.RuntimeImageList
-	if err := a.Client.List(ctx, &ris); err != nil {
-		return fmt.Errorf("list RuntimeImages: %w", err)
+	if err != nil {
+		return err
 	}
 	nrt, err := a.ensureNodeRuntime(ctx, node)
 	if err != nil {
 		return err
 	}
-	confirmed := time.Now() // every read above succeeded: the view is fresh
-	profile, perr := SelectProfile(node, profiles.Items)
+	profile, perr := SelectProfile(node, profileList)
 	images := map[string]*brewletv1.RuntimeImage{}
-	for i := range ris.Items {
-		images[ris.Items[i].Name] = &ris.Items[i]
+	for i := range imageList {
+		images[imageList[i].Name] = &imageList[i]
 	}
 	if perr != nil {
 		// A pool conflict: the oldest profile keeps the node (the operator refuses the newer
@@ -262,6 +270,17 @@ func (a *Agent) Reconcile(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// readNode reads the node's metadata (its labels choose the profile; its UID owns the
+// NodeRuntime): metadata only, so a node's image list and status never travel each pass.
+func (a *Agent) readNode(ctx context.Context) (*corev1.Node, error) {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	if err := a.Client.Get(ctx, client.ObjectKey{Name: a.NodeName}, m); err != nil {
+		return nil, fmt.Errorf("read node %s: %w", a.NodeName, err)
+	}
+	return &corev1.Node{ObjectMeta: m.ObjectMeta}, nil
 }
 
 // heldIDs are the runtime IDs with state on this node's disk, plus those the last pass

@@ -90,11 +90,20 @@ func Main(ctx context.Context, o Options) error {
 		Tasks:     &ContainerdTasks{Socket: o.ContainerdSocket},
 		Log:       log.Printf}
 	wake := make(chan struct{}, 1)
+	view, err := NewView(cfg, Scheme(), c)
+	if err != nil {
+		return err
+	}
+	if err := view.Start(ctx, wake); err != nil {
+		return err
+	}
+	agent.View = view
 	go Wakeup{Client: c, NodeName: o.NodeName, Log: log.Printf}.Run(ctx, wake)
 	agent.Wake = wake
 	if o.MetricsAddress != "" {
 		reg := prometheus.NewRegistry()
 		agent.Metrics = NewMetrics(layout, reg)
+		reg.MustRegister(view.Collectors()...)
 		srv := &http.Server{Addr: o.MetricsAddress, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {

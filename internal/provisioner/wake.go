@@ -14,10 +14,10 @@ import (
 
 // Wakeup watches what should make the agent act before its next periodic pass: a change of
 // its node's NodeRuntime spec (an ID offered or dropped, a wave allowing a new generation, a
-// quarantine) and a RuntimeImage being approved, revoked or given a new generation. Other
-// changes (rotation counts, task observations, other nodes' objects) wake nothing: a
-// fleet's reports must not wake every agent. The periodic pass stays the source of truth;
-// a lost watch only delays.
+// quarantine). The View's RuntimeImage informer adds a runtime being approved, revoked or
+// given a new generation. Other changes (rotation counts, task observations, other nodes'
+// objects) wake nothing: a fleet's reports must not wake every agent. The periodic pass
+// stays the source of truth; a lost watch only delays.
 type Wakeup struct {
 	Client   client.WithWatch
 	NodeName string
@@ -27,8 +27,7 @@ type Wakeup struct {
 // Run sends on wake (without blocking) on every relevant change until ctx ends, re-watching
 // after errors.
 func (w Wakeup) Run(ctx context.Context, wake chan<- struct{}) {
-	go w.loop(ctx, wake, &brewletv1.NodeRuntimeList{}, []client.ListOption{client.MatchingFields{"metadata.name": w.NodeName}}, nodeRuntimeKey)
-	w.loop(ctx, wake, &brewletv1.RuntimeImageList{}, nil, runtimeImageKey)
+	w.loop(ctx, wake, &brewletv1.NodeRuntimeList{}, []client.ListOption{client.MatchingFields{"metadata.name": w.NodeName}}, nodeRuntimeKey)
 }
 
 // nodeRuntimeKey changes with the spec only (metadata.generation: status is a subresource).

@@ -25,10 +25,16 @@ func TestAgentWakesOnChanges(t *testing.T) {
 	wc, err := client.NewWithWatch(e.cp.Config, client.Options{Scheme: framework.Scheme()})
 	e.must(err)
 	wake := make(chan struct{}, 1)
-	agent := &provisioner.Agent{Client: e.c, NodeName: e.nodeName, Layout: host, AuthTTL: 5 * time.Minute, Period: 2 * time.Minute,
-		Log: t.Logf, Wake: wake, Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
 	runCtx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
 	ran := make(chan struct{})
+	// As brewlet-provisioner wires it: informers confirmed each pass, RuntimeImage changes
+	// and the node's NodeRuntime spec waking the loop.
+	view, err := provisioner.NewView(e.cp.Config, framework.Scheme(), wc)
+	e.must(err)
+	e.must(view.Start(runCtx, wake))
+	agent := &provisioner.Agent{Client: e.c, View: view, NodeName: e.nodeName, Layout: host, AuthTTL: 5 * time.Minute, Period: 2 * time.Minute,
+		Log: t.Logf, Wake: wake, Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
 	defer func() { stop(); <-ran }()
 	go provisioner.Wakeup{Client: wc, NodeName: e.nodeName, Log: t.Logf}.Run(runCtx, wake)
 	go func() { defer close(ran); _ = agent.Run(runCtx) }()
@@ -61,4 +67,8 @@ func TestAgentWakesOnChanges(t *testing.T) {
 		a, err := host.ReadAuthorization(pyID)
 		return err == nil && a.Revoked
 	})
+	if view.Confirmed.Load() == 0 {
+		t.Fatalf("no pass was confirmed from the informers (%d fell back to full lists)", view.Fallbacks.Load())
+	}
+	t.Logf("passes confirmed from informers: %d, full-list fallbacks: %d", view.Confirmed.Load(), view.Fallbacks.Load())
 }
