@@ -134,10 +134,26 @@ type RotationStatus struct {
 	// +optional
 	// +listType=atomic
 	ExcludedNodes []ExcludedNode `json:"excludedNodes,omitempty"`
+	// Restarts are per-workload records, at most 100: those holding a slot, then failures,
+	// successes, waiting and settled ones. RestartCounts counts every workload.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=100
 	Restarts []WorkloadRestart `json:"restarts,omitempty"`
+	// RestartCounts counts the opted-in workloads of this target by outcome, all of them
+	// (restarts may list fewer).
+	// +optional
+	RestartCounts *RestartCounts `json:"restartCounts,omitempty"`
+}
+
+// RestartCounts counts workload restarts by outcome.
+type RestartCounts struct {
+	Pending       int32 `json:"pending"`
+	InProgress    int32 `json:"inProgress"`
+	Succeeded     int32 `json:"succeeded"`
+	Failed        int32 `json:"failed"`
+	Deferred      int32 `json:"deferred"`
+	NotApplicable int32 `json:"notApplicable"`
 }
 
 // RotationTarget is the generation a rotation moves to.

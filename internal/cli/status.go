@@ -62,8 +62,18 @@ func StatusOf(ri *brewletv1.RuntimeImage) Status {
 	}
 	if r := st.Rotation; r != nil {
 		s.Nodes, s.Excluded, s.Restarts = r.Nodes, r.ExcludedNodes, r.Restarts
-		for _, w := range r.Restarts {
-			s.Workloads[w.Outcome]++
+		if c := r.RestartCounts; c != nil {
+			// Exact counts: the records list at most 100 workloads.
+			for o, n := range map[string]int32{"Pending": c.Pending, "InProgress": c.InProgress, "Succeeded": c.Succeeded,
+				"Failed": c.Failed, "Deferred": c.Deferred, "NotApplicable": c.NotApplicable} {
+				if n > 0 {
+					s.Workloads[o] = int(n)
+				}
+			}
+		} else {
+			for _, w := range r.Restarts {
+				s.Workloads[w.Outcome]++
+			}
 		}
 	}
 	for _, o := range st.TaskObservations {
@@ -102,7 +112,7 @@ func WriteTable(w io.Writer, all []Status) error {
 		for _, e := range s.Excluded {
 			fmt.Fprintf(w, "             excluded %s: %s (generation %d)\n", e.Name, e.Reason, e.Generation)
 		}
-		if len(s.Restarts) > 0 {
+		if len(s.Workloads) > 0 {
 			var parts []string
 			for _, o := range []string{"Succeeded", "InProgress", "Pending", "Deferred", "Failed", "NotApplicable"} {
 				if s.Workloads[o] > 0 {
@@ -110,10 +120,15 @@ func WriteTable(w io.Writer, all []Status) error {
 				}
 			}
 			fmt.Fprintf(w, "  workloads  %s\n", strings.Join(parts, " · "))
+			listed := 0
 			for _, r := range s.Restarts {
 				if r.Outcome != "Succeeded" {
+					listed++
 					fmt.Fprintf(w, "             %s %s/%s %s: %s\n", r.Kind, r.Namespace, r.Name, r.Outcome, r.Message)
 				}
+			}
+			if total := sum(s.Workloads) - s.Workloads["Succeeded"]; total > listed {
+				fmt.Fprintf(w, "             and %d more not listed (the status keeps %d records)\n", total-listed, len(s.Restarts))
 			}
 		}
 		if len(s.OldContainers) == 0 {
@@ -252,4 +267,12 @@ func printStatus(ctx context.Context, cl client.Client, id, output string, w io.
 		return err
 	}
 	return WriteTable(w, all)
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }

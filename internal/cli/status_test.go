@@ -48,6 +48,28 @@ func TestStatusTable(t *testing.T) {
 	}
 }
 
+// With more workloads than records, the counts are the status's exact ones and the table
+// says how many it does not list.
+func TestStatusCountsBeyondRecords(t *testing.T) {
+	ri := &brewletv1.RuntimeImage{ObjectMeta: metav1.ObjectMeta{Name: "python", UID: "e-1"}}
+	ri.Status = brewletv1.RuntimeImageStatus{Epoch: "e-1", Generation: 3, Rotation: &brewletv1.RotationStatus{
+		Restarts:      []brewletv1.WorkloadRestart{{Kind: "Deployment", Namespace: "shop", Name: "web", Outcome: "Pending", Message: "waiting"}},
+		RestartCounts: &brewletv1.RestartCounts{Pending: 390, Succeeded: 100, InProgress: 5}}}
+	s := StatusOf(ri)
+	if s.Workloads["Pending"] != 390 || s.Workloads["Succeeded"] != 100 || s.Workloads["InProgress"] != 5 {
+		t.Fatalf("workloads %v", s.Workloads)
+	}
+	var b strings.Builder
+	if err := WriteTable(&b, []Status{s}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"100 Succeeded · 5 InProgress · 390 Pending", "and 394 more not listed"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
 func TestStatusUsage(t *testing.T) {
 	var out, errOut strings.Builder
 	if code := Main([]string{"status", "-o", "xml"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "want table, json or yaml") {

@@ -23,7 +23,10 @@ const (
 	ReasonRotating        Reason = "Rotating"        // nodes are not on the target generation yet
 	ReasonRotationHalted  Reason = "RotationHalted"  // more nodes failed the target than rollout.maxFailures
 	ReasonAllNodesCurrent Reason = "AllNodesCurrent" // every reporting node serves the target
-	ReasonNoNodes         Reason = "NoNodes"         // no node reports the ID yet
+	// CompleteWithExclusions: every reporting node serves the target except the ones that
+	// failed it, and those are within rollout.maxFailures (they keep their generation).
+	ReasonCompleteWithExclusions Reason = "CompleteWithExclusions"
+	ReasonNoNodes                Reason = "NoNodes" // no node reports the ID yet
 
 	// Containers on older generations (operator, condition OldGenerationTasks).
 	ReasonOldGenerationTasks   Reason = "OldGenerationTasks"   // some node reports containers on an older generation or epoch

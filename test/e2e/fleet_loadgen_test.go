@@ -284,15 +284,6 @@ func (n *fakeAgent) isDead() bool {
 	return n.dead
 }
 
-// kill stops a node's agent for good (its node was removed).
-func (f *fleetAgents) kill(name string) {
-	if n := f.byName[name]; n != nil {
-		n.mu.Lock()
-		n.dead = true
-		n.mu.Unlock()
-	}
-}
-
 // fleetCounts is where the nodes stand against generation gen; last is when the last
 // healthy node started serving it.
 type fleetCounts struct {

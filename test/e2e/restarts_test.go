@@ -77,6 +77,15 @@ func (w *restartWorld) report(t *testing.T, gen int64, epoch string) {
 
 func (w *restartWorld) reportState(t *testing.T, gen int64, epoch string, state vocab.RuntimeState) {
 	t.Helper()
+	w.reportEntries(t, func(string) brewletv1.NodeRuntimeEntry {
+		return brewletv1.NodeRuntimeEntry{ID: w.id, Epoch: types.UID(epoch), Generation: gen, State: string(state)}
+	})
+}
+
+// reportEntries writes every fake node's report with the runtime entry entry(node) and the
+// tasks of the pods kwok runs there.
+func (w *restartWorld) reportEntries(t *testing.T, entry func(node string) brewletv1.NodeRuntimeEntry) {
+	t.Helper()
 	ctx, c := context.Background(), w.cp.Client
 	pods := &corev1.PodList{}
 	must(t, c.List(ctx, pods, client.InNamespace(restartNS)))
@@ -89,15 +98,15 @@ func (w *restartWorld) reportState(t *testing.T, gen int64, epoch string, state 
 			must(t, err)
 		}
 		now := metav1.NewTime(time.Now().Truncate(time.Second))
-		st := brewletv1.NodeRuntimeStatus{Complete: true, ObservedAt: &now,
-			Runtimes: []brewletv1.NodeRuntimeEntry{{ID: w.id, Epoch: types.UID(epoch), Generation: gen, State: string(state)}}}
+		e := entry(node)
+		st := brewletv1.NodeRuntimeStatus{Complete: true, ObservedAt: &now, Runtimes: []brewletv1.NodeRuntimeEntry{e}}
 		for i := range pods.Items {
 			p := &pods.Items[i]
 			if p.Spec.NodeName != node || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
 				continue
 			}
 			st.Tasks = append(st.Tasks, brewletv1.NodeTask{PodNamespace: p.Namespace, PodName: p.Name, PodUID: p.UID,
-				ContainerName: "app", ID: w.id, Epoch: types.UID(epoch), Generation: w.podGen(p)})
+				ContainerName: "app", ID: w.id, Epoch: e.Epoch, Generation: w.podGen(p)})
 		}
 		w.heartbeat(t, node)
 		nrt.Status = st

@@ -150,7 +150,7 @@ func TestSpecs(t *testing.T) {
 		"a": {ContainerdRestart: "validated", Runtimes: []brewletv1.RuntimeDirective{
 			{ID: "py", Install: "Eager", AllowedGeneration: 2}, {ID: "node", Install: "OnDemand", AllowedGeneration: 1}}},
 		"b": {ContainerdRestart: "validated", Runtimes: []brewletv1.RuntimeDirective{
-			{ID: "py", Install: "Eager", AllowedGeneration: 1, Quarantine: true, QuarantineReason: "stalled"}, {ID: "node", Install: "OnDemand", AllowedGeneration: 0}}},
+			{ID: "py", Install: "Eager", AllowedGeneration: 1, Quarantine: true, QuarantineReason: "stalled"}, {ID: "node", Install: "OnDemand", AllowedGeneration: 1}}},
 	}
 	for n, w := range want {
 		if !SpecEqual(d.Specs[n], w) {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/rollout"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -87,6 +88,7 @@ func (w Workload) Key() string { return w.Kind + "/" + w.Namespace + "/" + w.Nam
 
 // Pod is one pod of a workload.
 type Pod struct {
+	Name    string
 	UID     types.UID
 	Node    string // "" while unscheduled
 	Created time.Time
@@ -125,25 +127,60 @@ type Tasks struct {
 	// Trusted are the nodes whose report is complete and whose agent is alive: what they
 	// do not list does not run there.
 	Trusted map[string]bool
+	// Unsettled are the nodes that do not serve the target (still installing it, waiting
+	// for their wave, or excluded after failing it), with why: a restart would put pods
+	// back on the generation they have.
+	Unsettled map[string]string
 }
 
-// TasksOf collects id's tasks from complete reports of nodes whose agent is alive (fresh);
-// a stale or incomplete report proves nothing, so its node's pods count as unreported.
-func TasksOf(id string, reports []brewletv1.NodeRuntime, fresh func(node string) bool) Tasks {
-	out := Tasks{ByPod: map[types.UID][]brewletv1.NodeTask{}, Trusted: map[string]bool{}}
+// TasksOf collects the ID's tasks from complete reports of nodes whose agent is alive
+// (fresh); a stale or incomplete report proves nothing, so its node's pods count as
+// unreported. It also notes the nodes that report the ID in the target's epoch without
+// serving the target.
+func TasksOf(t Target, reports []brewletv1.NodeRuntime, fresh func(node string) bool) Tasks {
+	out := Tasks{ByPod: map[types.UID][]brewletv1.NodeTask{}, Trusted: map[string]bool{}, Unsettled: map[string]string{}}
+	rt := rollout.Target{Epoch: t.Epoch, Generation: t.Generation}
 	for i := range reports {
 		r := &reports[i]
+		for j := range r.Status.Runtimes {
+			e := &r.Status.Runtimes[j]
+			if e.ID != t.ID || e.Epoch != t.Epoch || e.State == string(vocab.StateRevoked) {
+				continue
+			}
+			switch rollout.PhaseOf(rt, rollout.Node{Report: e}) {
+			case rollout.PhaseFailed:
+				why := e.Reason
+				if why == "" {
+					why = string(vocab.StateFailed)
+				}
+				out.Unsettled[r.Name] = fmt.Sprintf("excluded from the rotation (failed generation %d: %s)", t.Generation, why)
+			case rollout.PhaseInstalling:
+				out.Unsettled[r.Name] = fmt.Sprintf("still installing generation %d", t.Generation)
+			case rollout.PhaseWaiting:
+				out.Unsettled[r.Name] = fmt.Sprintf("serving generation %d, waiting for its rollout wave", e.Generation)
+			}
+		}
 		if !r.Status.Complete || !fresh(r.Name) {
 			continue
 		}
 		out.Trusted[r.Name] = true
-		for _, t := range r.Status.Tasks {
-			if t.ID == id {
-				out.ByPod[t.PodUID] = append(out.ByPod[t.PodUID], t)
+		for _, task := range r.Status.Tasks {
+			if task.ID == t.ID {
+				out.ByPod[task.PodUID] = append(out.ByPod[task.PodUID], task)
 			}
 		}
 	}
 	return out
+}
+
+// unsettled names the first of the workload's nodes that does not serve the target.
+func unsettled(w Workload, tasks Tasks) string {
+	for _, p := range w.Pods {
+		if why, ok := tasks.Unsettled[p.Node]; ok && p.Node != "" {
+			return fmt.Sprintf("pod %s runs on node %s, %s: restarting now would not move it; the restart waits until the node serves the target or leaves the pool", p.Name, p.Node, why)
+		}
+	}
+	return ""
 }
 
 // needsRestart: one of the workload's pods runs an older generation or epoch by a trusted
@@ -211,7 +248,10 @@ func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.Wo
 			switch {
 			case w.RolledOut:
 				rec.Outcome, rec.Message = OutcomeSucceeded, fmt.Sprintf("every pod runs %s generation %d", t.ID, t.Generation)
-			case had && old.Outcome == OutcomeFailed:
+			case had && (old.Outcome == OutcomeFailed || old.Outcome == OutcomeSucceeded):
+				// Settled: a rollout that finished and later loses a pod's readiness (a node
+				// drained, a probe failing) is the workload's own business, and a failure
+				// stays reported; neither takes a slot again for this target.
 				rec.Outcome, rec.Reason, rec.Message = old.Outcome, old.Reason, old.Message
 			case now.Sub(rec.StartedAt.Time) > p.ProgressDeadline:
 				rec.Outcome, rec.Reason = OutcomeFailed, "ProgressDeadlineExceeded"
@@ -233,6 +273,8 @@ func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.Wo
 			rec.Message = "updateStrategy OnDelete replaces pods only when they are deleted; delete the pods on older generations to move them"
 		case w.Deferred != "":
 			rec.Outcome, rec.Reason, rec.Message = OutcomeDeferred, string(vocab.ReasonRestartDeferred), w.Deferred
+		case unsettled(w, tasks) != "":
+			rec.Outcome, rec.Reason, rec.Message = OutcomeDeferred, string(vocab.ReasonRestartDeferred), unsettled(w, tasks)
 		case had && old.Outcome == OutcomeInProgress && old.StartedAt != nil && now.Sub(old.StartedAt.Time) <= p.ProgressDeadline:
 			// Patched by an earlier pass whose write the workload cache has not shown yet:
 			// never patch twice.
@@ -273,32 +315,48 @@ func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.Wo
 	return actions
 }
 
-// Records are the actions' records, bounded by MaxRecorded: those holding or waiting for a
-// slot, and failures, before settled ones; by workload within each.
-func Records(actions []Action) []brewletv1.WorkloadRestart {
+// recordRank orders records when there are more than MaxRecorded: those holding a slot
+// (never more than the concurrency limit), then failures and successes (settled outcomes
+// that later passes read back: a dropped one could take a slot again), then the waiting,
+// then deferred and not applicable ones (decided afresh every pass).
+var recordRank = map[string]int{OutcomeInProgress: 0, OutcomeFailed: 1, OutcomeSucceeded: 2, OutcomePending: 3}
+
+// Records are the actions' records, bounded by MaxRecorded (recordRank; by workload within
+// each rank), and the exact counts of all of them.
+func Records(actions []Action) ([]brewletv1.WorkloadRestart, *brewletv1.RestartCounts) {
 	out := make([]brewletv1.WorkloadRestart, 0, len(actions))
+	var c brewletv1.RestartCounts
 	for _, a := range actions {
 		out = append(out, a.Record)
-	}
-	if len(out) > MaxRecorded {
-		rank := map[string]int{OutcomeInProgress: 0, OutcomePending: 1, OutcomeFailed: 2}
-		slices.SortStableFunc(out, func(a, b brewletv1.WorkloadRestart) int {
-			ra, oka := rank[a.Outcome]
-			rb, okb := rank[b.Outcome]
-			if !oka {
-				ra = 3
-			}
-			if !okb {
-				rb = 3
-			}
-			return ra - rb
-		})
-		out = out[:MaxRecorded]
+		switch a.Record.Outcome {
+		case OutcomePending:
+			c.Pending++
+		case OutcomeInProgress:
+			c.InProgress++
+		case OutcomeSucceeded:
+			c.Succeeded++
+		case OutcomeFailed:
+			c.Failed++
+		case OutcomeDeferred:
+			c.Deferred++
+		case OutcomeNotApplicable:
+			c.NotApplicable++
+		}
 	}
 	if len(out) == 0 {
-		return nil
+		return nil, nil
 	}
-	return out
+	if len(out) > MaxRecorded {
+		rank := func(o string) int {
+			if r, ok := recordRank[o]; ok {
+				return r
+			}
+			return len(recordRank)
+		}
+		slices.SortStableFunc(out, func(a, b brewletv1.WorkloadRestart) int { return rank(a.Outcome) - rank(b.Outcome) })
+		out = out[:MaxRecorded]
+	}
+	return out, &c
 }
 
 // InProgress counts records that hold a slot.

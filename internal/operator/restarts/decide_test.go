@@ -2,6 +2,7 @@ package restarts
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,6 +138,20 @@ func TestDecide(t *testing.T) {
 		{name: "system namespaces are never restarted",
 			workloads: []Workload{func() Workload { w := wl("a", pod("p1", before)); w.Namespace = "kube-system"; return w }()},
 			tasks:     running(map[string]int64{"p1": 2}), want: "a:NotApplicable"},
+		{name: "succeeded stays succeeded when its pods later lose readiness: no slot, no new deadline",
+			workloads: []Workload{func() Workload { w := wl("a", pod("p1", before)); w.Barrier = barrier(3, epoch); return w }(), wl("b", pod("p2", before))},
+			tasks:     running(map[string]int64{"p1": 3, "p2": 2}), inFlight: 1,
+			previous: []brewletv1.WorkloadRestart{{Kind: "Deployment", Namespace: "ns", Name: "a", Outcome: OutcomeSucceeded, StartedAt: late, Message: "done"}},
+			want:     "a:Succeeded b:InProgress+patch"},
+		{name: "a pod on a node still installing or excluded defers the restart",
+			workloads: []Workload{wl("a", pod("p1", before)), wl("b", Pod{Name: "p2", UID: "p2", Node: "bad", Created: before}),
+				wl("c", Pod{Name: "p3", UID: "p3", Node: "slow", Created: before})},
+			tasks: func() Tasks {
+				t := running(map[string]int64{"p1": 2})
+				t.Unsettled = map[string]string{"bad": "excluded", "slow": "still installing"}
+				return t
+			}(),
+			want: "a:InProgress+patch b:Deferred c:Deferred"},
 		{name: "a newer rotation supersedes an earlier barrier",
 			workloads: []Workload{func() Workload { w := wl("a", pod("p1", before)); w.Barrier = barrier(2, epoch); return w }()},
 			tasks:     running(map[string]int64{"p1": 2}), want: "a:InProgress+patch"},
@@ -166,7 +181,7 @@ func TestTasksOfTrustsOnlyFreshCompleteReports(t *testing.T) {
 			{PodUID: types.UID("other-" + node), ID: "node-22", Epoch: "x", Generation: 1}}
 		return n
 	}
-	tasks := TasksOf("python", []brewletv1.NodeRuntime{rep("fresh", true), rep("stale", true), rep("incomplete", false)},
+	tasks := TasksOf(target, []brewletv1.NodeRuntime{rep("fresh", true), rep("stale", true), rep("incomplete", false)},
 		func(n string) bool { return n != "stale" })
 	if len(tasks.ByPod) != 1 || len(tasks.ByPod["pod-fresh"]) != 1 || !tasks.Trusted["fresh"] || len(tasks.Trusted) != 1 {
 		t.Fatalf("tasks %+v: only the fresh, complete node's python task counts", tasks)
@@ -219,12 +234,61 @@ func TestRecordsBounded(t *testing.T) {
 		gens[uid] = 1
 	}
 	tasks := running(gens)
-	recs := Records(Decide(target, ws, tasks, nil, 0, policy, now))
+	// Ten settled earlier: five failed, five succeeded (barrier set, not rolled out now).
+	var previous []brewletv1.WorkloadRestart
+	for i := 0; i < 10; i++ {
+		ws[MaxRecorded+i].Barrier = barrier(3, epoch)
+		outcome := OutcomeFailed
+		if i%2 == 1 {
+			outcome = OutcomeSucceeded
+		}
+		previous = append(previous, brewletv1.WorkloadRestart{Kind: "Deployment", Namespace: "ns", Name: ws[MaxRecorded+i].Name,
+			Outcome: outcome, StartedAt: &metav1.Time{Time: now.Add(-15 * time.Minute)}, Message: "settled"})
+	}
+	recs, counts := Records(Decide(target, ws, tasks, previous, 0, policy, now))
 	if len(recs) != MaxRecorded {
 		t.Fatalf("%d records", len(recs))
+	}
+	if want := (brewletv1.RestartCounts{InProgress: 2, Pending: MaxRecorded - 2, Failed: 5, Succeeded: 5}); counts == nil || *counts != want {
+		t.Fatalf("counts %+v, want %+v", counts, want)
+	}
+	// Settled outcomes are kept before the waiting ones: a dropped one could take a slot again.
+	for i, want := range []string{OutcomeInProgress, OutcomeInProgress, OutcomeFailed, OutcomeFailed, OutcomeFailed, OutcomeFailed, OutcomeFailed,
+		OutcomeSucceeded, OutcomeSucceeded, OutcomeSucceeded, OutcomeSucceeded, OutcomeSucceeded, OutcomePending} {
+		if recs[i].Outcome != want {
+			t.Fatalf("record %d is %s, want %s", i, recs[i].Outcome, want)
+		}
 	}
 	// The two that hold slots come first, whatever their names.
 	if recs[0].Outcome != OutcomeInProgress || recs[1].Outcome != OutcomeInProgress || InProgress(recs) != policy.MaxConcurrent {
 		t.Fatalf("kept records start with %+v, %+v", recs[0], recs[1])
+	}
+}
+
+// Nodes reporting the target's epoch without serving the target are unsettled, with why;
+// other epochs, revoked entries and current nodes are not.
+func TestTasksOfNotesUnsettledNodes(t *testing.T) {
+	rep := func(node string, e brewletv1.NodeRuntimeEntry) brewletv1.NodeRuntime {
+		n := brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: node}}
+		e.ID = "python"
+		n.Status.Runtimes = []brewletv1.NodeRuntimeEntry{e}
+		return n
+	}
+	reports := []brewletv1.NodeRuntime{
+		rep("current", brewletv1.NodeRuntimeEntry{Epoch: epoch, Generation: 3, State: string(vocab.StateReady)}),
+		rep("installing", brewletv1.NodeRuntimeEntry{Epoch: epoch, Generation: 3, State: string(vocab.StateInstalling)}),
+		rep("failed", brewletv1.NodeRuntimeEntry{Epoch: epoch, Generation: 2, FailedGeneration: 3, State: string(vocab.StateReady), Reason: "LayerPathViolation"}),
+		rep("waiting", brewletv1.NodeRuntimeEntry{Epoch: epoch, Generation: 2, State: string(vocab.StateReady)}),
+		rep("revoked", brewletv1.NodeRuntimeEntry{Epoch: epoch, Generation: 2, State: string(vocab.StateRevoked)}),
+		rep("other-epoch", brewletv1.NodeRuntimeEntry{Epoch: "e-0", Generation: 1, State: string(vocab.StateReady)}),
+	}
+	got := TasksOf(target, reports, func(string) bool { return true }).Unsettled
+	var names []string
+	for n := range got {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	if strings.Join(names, ",") != "failed,installing,waiting" || !strings.Contains(got["failed"], "LayerPathViolation") {
+		t.Fatalf("unsettled %v", got)
 	}
 }

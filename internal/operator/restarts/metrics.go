@@ -11,7 +11,7 @@ import (
 var (
 	restartsGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "brewlet_operator_rotation_restarts",
-		Help: "Workloads by restart outcome for the RuntimeImage's current rotation (status.rotation.restarts): Pending, InProgress, Succeeded, Failed, Deferred, NotApplicable.",
+		Help: "Workloads by restart outcome for the RuntimeImage's current rotation (status.rotation.restartCounts): Pending, InProgress, Succeeded, Failed, Deferred, NotApplicable.",
 	}, []string{"id", "outcome"})
 	patchesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "brewlet_operator_rotation_restart_patches_total",
@@ -27,13 +27,13 @@ func forget(id string) {
 	patchesTotal.DeletePartialMatch(prometheus.Labels{"id": id})
 }
 
-// observe exports the records of one RuntimeImage; every outcome is set, zero included.
-func observe(id string, records []brewletv1.WorkloadRestart) {
-	counts := map[string]int{OutcomePending: 0, OutcomeInProgress: 0, OutcomeSucceeded: 0, OutcomeFailed: 0, OutcomeDeferred: 0, OutcomeNotApplicable: 0}
-	for _, r := range records {
-		counts[r.Outcome]++
+// observe exports the counts of one RuntimeImage; every outcome is set, zero included.
+func observe(id string, c *brewletv1.RestartCounts) {
+	if c == nil {
+		c = &brewletv1.RestartCounts{}
 	}
-	for outcome, n := range counts {
+	for outcome, n := range map[string]int32{OutcomePending: c.Pending, OutcomeInProgress: c.InProgress, OutcomeSucceeded: c.Succeeded,
+		OutcomeFailed: c.Failed, OutcomeDeferred: c.Deferred, OutcomeNotApplicable: c.NotApplicable} {
 		restartsGauge.WithLabelValues(id, outcome).Set(float64(n))
 	}
 }

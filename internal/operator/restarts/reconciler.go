@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -61,7 +62,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	now := r.now()
-	tasks := TasksOf(t.ID, reports.Items, func(n string) bool { return beats.Fresh(n, now, r.staleAfter()) })
+	tasks := TasksOf(t, reports.Items, func(n string) bool { return beats.Fresh(n, now, r.staleAfter()) })
 	inFlight, err := r.inFlightElsewhere(ctx, ri.Name)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -92,20 +93,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		log.FromContext(ctx).Info("restarting a workload onto the rotation's generation", "workload", a.Workload.Key(), "barrier", t.String())
 		r.event(a.Workload, corev1.EventTypeNormal, "RotationRestart", a.Record.Message)
 	}
-	records := Records(actions)
+	records, counts := Records(actions)
 	for _, a := range actions {
 		if a.Record.Outcome == OutcomeFailed && !wasFailed(previous, a.Record) {
 			r.event(a.Workload, corev1.EventTypeWarning, "RotationRestartFailed", a.Record.Message)
 		}
 	}
-	if err := r.record(ctx, ri, records); err != nil {
+	if err := r.record(ctx, ri, records, counts); err != nil {
 		return reconcile.Result{}, err
 	}
-	observe(t.ID, records)
-	for _, rec := range records {
-		if rec.Outcome == OutcomeInProgress || rec.Outcome == OutcomePending {
-			return reconcile.Result{RequeueAfter: 15 * time.Second}, nil
-		}
+	observe(t.ID, counts)
+	if counts != nil && counts.InProgress+counts.Pending > 0 {
+		return reconcile.Result{RequeueAfter: 15 * time.Second}, nil
 	}
 	return reconcile.Result{}, nil
 }
@@ -119,32 +118,44 @@ func wasFailed(previous []brewletv1.WorkloadRestart, rec brewletv1.WorkloadResta
 	return false
 }
 
-// record writes status.rotation.restarts when it changed, conditionally on the version
-// read; on a conflict (the RuntimeImage controller wrote meanwhile) it applies the records
-// to a fresh read.
-func (r *Reconciler) record(ctx context.Context, ri *brewletv1.RuntimeImage, records []brewletv1.WorkloadRestart) error {
-	for attempt := 0; attempt < 5; attempt++ {
-		if ri.Status.Rotation == nil {
-			return nil // the target changed under us: the next pass decides again
-		}
-		if equality.Semantic.DeepEqual(ri.Status.Rotation.Restarts, records) {
-			return nil
-		}
-		ri.Status.Rotation.Restarts = records
-		err := r.Client.Status().Update(ctx, ri)
-		if !apierrors.IsConflict(err) {
-			return err
-		}
-		fresh := &brewletv1.RuntimeImage{}
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ri), fresh); err != nil {
-			return err
-		}
-		if t, ok := TargetOf(fresh); !ok || t.Generation != ri.Status.Generation {
-			return nil
-		}
-		ri = fresh
+// record writes status.rotation.restarts and restartCounts when they changed. The
+// RuntimeImage controller writes the rest of the status, often: a JSON patch that touches
+// only these two fields, tested against the target the records are about, never conflicts
+// with those writes and never lands on another target's rotation.
+func (r *Reconciler) record(ctx context.Context, ri *brewletv1.RuntimeImage, records []brewletv1.WorkloadRestart, counts *brewletv1.RestartCounts) error {
+	rot := ri.Status.Rotation
+	if rot == nil {
+		return nil // the target changed under us: the next pass decides again
 	}
-	return fmt.Errorf("RuntimeImage %s: status kept changing under the restart records", ri.Name)
+	if equality.Semantic.DeepEqual(rot.Restarts, records) && equality.Semantic.DeepEqual(rot.RestartCounts, counts) {
+		return nil
+	}
+	body, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/status/epoch", "value": ri.Status.Epoch},
+		{"op": "test", "path": "/status/generation", "value": ri.Status.Generation},
+		{"op": "test", "path": "/status/rotation/target/generation", "value": rot.Target.Generation},
+		{"op": "test", "path": "/status/rotation/target/digest", "value": rot.Target.Digest},
+		{"op": "add", "path": "/status/rotation/restarts", "value": records},
+		{"op": "add", "path": "/status/rotation/restartCounts", "value": counts},
+	})
+	if err != nil {
+		return err
+	}
+	err = r.Client.Status().Patch(ctx, ri, client.RawPatch(types.JSONPatchType, body))
+	if err == nil || apierrors.IsNotFound(err) {
+		return nil
+	}
+	// A failed test is the target moving on (the next pass decides for the new one);
+	// anything else is retried by the queue.
+	fresh := &brewletv1.RuntimeImage{}
+	if gerr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ri), fresh); gerr != nil {
+		return client.IgnoreNotFound(gerr)
+	}
+	if fr := fresh.Status.Rotation; fresh.Status.Epoch != ri.Status.Epoch || fresh.Status.Generation != ri.Status.Generation ||
+		fr == nil || fr.Target.Generation != rot.Target.Generation || fr.Target.Digest != rot.Target.Digest {
+		return nil
+	}
+	return fmt.Errorf("RuntimeImage %s: write restart records: %w", ri.Name, err)
 }
 
 // inFlightElsewhere counts restarts in progress for the other RuntimeImages: the limit is
@@ -296,7 +307,7 @@ func (r *Reconciler) pods(ctx context.Context, w *Workload, selector *metav1.Lab
 		if p.Annotations[vocab.AnnotationRuntimeImage] != id || p.DeletionTimestamp != nil {
 			continue
 		}
-		w.Pods = append(w.Pods, Pod{UID: p.UID, Node: p.Spec.NodeName, Created: p.CreationTimestamp.Time})
+		w.Pods = append(w.Pods, Pod{Name: p.Name, UID: p.UID, Node: p.Spec.NodeName, Created: p.CreationTimestamp.Time})
 	}
 	return nil
 }

@@ -74,8 +74,9 @@ const (
 
 // Decision is the allowed generation per node and the rotation's state.
 type Decision struct {
-	// Allowed is the allowedGeneration to write per node name; 0 means "the current
-	// generation", which is also what the agent does without a directive.
+	// Allowed is the allowedGeneration to write per node name; 0 (only while the
+	// RuntimeImage has no generation) means "the current generation", which is also what
+	// the agent does without a directive.
 	Allowed map[string]int64
 	Phases  map[string]Phase
 	// Halted: more than MaxFailures nodes failed the target; no further node is allowed it.
@@ -120,9 +121,11 @@ func Halted(failed int, p Policy) bool { return failed > p.MaxFailures }
 // start again from the nodes that are not on it.
 //
 // A waiting node is held at the generation it serves, or at the allowance it already had,
-// or at target-1. For the first generation of an epoch target-1 is 0, which the agent
-// reads as "current": the first generation is not staged (there is nothing to keep
-// serving and no way to say "none" in allowedGeneration).
+// or at target-1. The first generation of an epoch is not staged (there is nothing to keep
+// serving and no way to say "none" in allowedGeneration): every node is allowed it
+// explicitly, never left at 0, so that a second generation assigned before a node's
+// first report finds the node held at 1 rather than reading 0 as "current" and skipping
+// the waves.
 func Decide(t Target, nodes []Node, p Policy) Decision {
 	d := Decision{Allowed: map[string]int64{}, Phases: map[string]Phase{}}
 	if t.Generation < 1 {
@@ -162,6 +165,11 @@ func Decide(t Target, nodes []Node, p Policy) Decision {
 	})
 	slots := p.MaxUnavailable - installing
 	for _, n := range waiting {
+		if t.Generation == 1 {
+			d.Allowed[n.Name] = 1
+			d.Phases[n.Name] = PhaseInstalling
+			continue
+		}
 		if !d.Halted && slots > 0 {
 			slots--
 			d.Allowed[n.Name] = t.Generation

@@ -51,7 +51,7 @@ func TestDecide(t *testing.T) {
 	}{
 		{"no generation yet: no directive", Target{Epoch: "e1"}, []Node{{Name: "a"}}, one, map[string]int64{"a": 0}, false},
 		{"first generation is not staged", Target{Epoch: "e1", Generation: 1}, []Node{{Name: "a"}, {Name: "b"}}, one,
-			map[string]int64{"a": 1, "b": 0}, false},
+			map[string]int64{"a": 1, "b": 1}, false},
 		{"first wave: one node by name, the others keep what they serve", tgt,
 			[]Node{{Name: "c", Report: rep(2, "Ready")}, {Name: "a", Report: rep(2, "Ready")}, {Name: "b", Report: rep(2, "Ready")}}, one,
 			map[string]int64{"a": 3, "b": 2, "c": 2}, false},
@@ -116,5 +116,23 @@ func TestDecide(t *testing.T) {
 				t.Fatalf("not idempotent: %v then %v", d.Allowed, d2.Allowed)
 			}
 		})
+	}
+}
+
+// A second generation assigned before any node reported the first: the nodes were allowed
+// 1 explicitly, so every node but the first wave stays held at 1.
+func TestSecondGenerationBeforeFirstReports(t *testing.T) {
+	p := Policy{MaxUnavailable: 1, MaxFailures: 1}
+	first := Decide(Target{Epoch: "e1", Generation: 1}, []Node{{Name: "a"}, {Name: "b"}, {Name: "c"}}, p)
+	var nodes []Node
+	for _, n := range []string{"a", "b", "c"} {
+		if first.Allowed[n] != 1 {
+			t.Fatalf("generation 1: node %s allowed %d, want 1", n, first.Allowed[n])
+		}
+		nodes = append(nodes, Node{Name: n, Allowed: first.Allowed[n]})
+	}
+	second := Decide(Target{Epoch: "e1", Generation: 2}, nodes, p)
+	if want := map[string]int64{"a": 2, "b": 1, "c": 1}; !maps.Equal(second.Allowed, want) {
+		t.Fatalf("generation 2: allowed %v, want %v", second.Allowed, want)
 	}
 }

@@ -23,9 +23,12 @@ const maxExcludedNodes = 20
 //
 // A node counts when it reports the ID in this epoch (Revoked entries do not: the node
 // withdrew it). Nodes held back by a wave are neither current nor failed: the rotation is
-// still progressing. RotationComplete is sticky per target: rotationCompletedAt is set the
-// first time every reporting node serves the target and kept until the next target, so a
-// node joining later does not "un-complete" a finished rotation.
+// still progressing. The rotation is complete when every reporting node serves the target
+// except nodes that failed it within the failure budget: those are excluded (they keep
+// serving their generation and are listed), and waiting on them would hold every workload's
+// restart back for nodes that will never install this digest. RotationComplete is sticky
+// per target: rotationCompletedAt is set the first time that holds and kept until the next
+// target, so a node joining later does not "un-complete" a finished rotation.
 func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, reports []brewletv1.NodeRuntime, maxFailures int, now metav1.Time) {
 	if st.Generation < 1 || st.Epoch != ri.UID {
 		return
@@ -68,7 +71,7 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 		rot.ExcludedNodes = excluded[:maxExcludedNodes]
 	}
 	halted := rollout.Halted(int(counts.Failed), rollout.Policy{MaxFailures: maxFailures})
-	done := reporting > 0 && int(counts.Current) == reporting
+	done := !halted && counts.Current > 0 && int(counts.Current+counts.Failed) == reporting
 	if done && rot.RotationCompletedAt == nil {
 		t := now
 		rot.RotationCompletedAt = &t
@@ -82,16 +85,13 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonNoNodes)
 		prog.Message = fmt.Sprintf("no node reports %s yet; generation %d is the target", ri.Name, g)
 	case halted:
-		var why []string
-		for _, x := range rot.ExcludedNodes {
-			why = append(why, x.Name+": "+x.Reason)
-		}
-		if len(excluded) > len(rot.ExcludedNodes) {
-			why = append(why, fmt.Sprintf("and %d more", len(excluded)-len(rot.ExcludedNodes)))
-		}
 		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonRotationHalted)
 		prog.Message = fmt.Sprintf("%d node(s) failed generation %d, more than rollout.maxFailures=%d: no further node installs it, the others keep their generation; a new digest resumes. Failing: %s",
-			counts.Failed, g, maxFailures, strings.Join(why, "; "))
+			counts.Failed, g, maxFailures, failing(excluded, rot.ExcludedNodes))
+	case done && counts.Failed > 0:
+		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonCompleteWithExclusions)
+		prog.Message = fmt.Sprintf("%d of %d node(s) serve generation %d; %s excluded (failed it, within rollout.maxFailures=%d): they keep their generation until a new digest",
+			counts.Current, reporting, g, failing(excluded, rot.ExcludedNodes), maxFailures)
 	case done:
 		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonAllNodesCurrent)
 		prog.Message = fmt.Sprintf("all %d node(s) serve generation %d", reporting, g)
@@ -106,6 +106,11 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 	case rot.RotationCompletedAt != nil:
 		comp.Status, comp.Reason = metav1.ConditionTrue, string(vocab.ReasonAllNodesCurrent)
 		comp.Message = fmt.Sprintf("generation %d (%s) reached every reporting node at %s", g, st.Digest, rot.RotationCompletedAt.UTC().Format("2006-01-02T15:04:05Z"))
+		if counts.Failed > 0 {
+			comp.Reason = string(vocab.ReasonCompleteWithExclusions)
+			comp.Message = fmt.Sprintf("generation %d (%s) reached every reporting node but the %d excluded at %s (%s)", g, st.Digest,
+				counts.Failed, rot.RotationCompletedAt.UTC().Format("2006-01-02T15:04:05Z"), failing(excluded, rot.ExcludedNodes))
+		}
 	default:
 		comp.Status, comp.Reason, comp.Message = metav1.ConditionFalse, prog.Reason, prog.Message
 		if prog.Reason == string(vocab.ReasonAllNodesCurrent) {
@@ -113,4 +118,16 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 		}
 	}
 	meta.SetStatusCondition(&st.Conditions, comp)
+}
+
+// failing names the excluded nodes with their reasons ("a: Reason; b: Reason; and 3 more").
+func failing(all, listed []brewletv1.ExcludedNode) string {
+	var why []string
+	for _, x := range listed {
+		why = append(why, x.Name+": "+x.Reason)
+	}
+	if len(all) > len(listed) {
+		why = append(why, fmt.Sprintf("and %d more", len(all)-len(listed)))
+	}
+	return strings.Join(why, "; ")
 }
