@@ -28,6 +28,13 @@ type NodeRetirementEvidenceSpec struct {
 	EvidenceRef string `json:"evidenceRef"`
 }
 
+// Phases of NodeRetirementEvidence.
+const (
+	EvidenceBlocked  = "Blocked"  // does not match the ledger, retiredAt in the future, or the node still exists
+	EvidenceAccepted = "Accepted" // matches a pending ledger entry of a node that no longer exists
+	EvidenceResolved = "Resolved" // no ledger lists the node any more
+)
+
 // NodeRetirementEvidenceStatus is written by the operator.
 type NodeRetirementEvidenceStatus struct {
 	// +optional

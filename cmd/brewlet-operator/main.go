@@ -1,10 +1,10 @@
-// Command brewlet-operator runs Brewlet's cluster controllers: today the RuntimeImage
-// controller (generations per epoch, Approved, the revocation finalizer). See
-// docs/operator.md.
+// Command brewlet-operator runs Brewlet's cluster controllers (docs/operator.md).
+// `brewlet-operator uninstall` is the chart's pre-delete hook (docs/uninstall.md).
 package main
 
 import (
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -12,11 +12,16 @@ import (
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"brewlet.sh/brewlet/internal/operator"
+	"brewlet.sh/brewlet/internal/uninstall"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "uninstall" {
+		os.Exit(uninstallMain(os.Args[2:]))
+	}
 	o := operator.Options{}
 	flag.StringVar(&o.MetricsAddress, "metrics-address", ":8080", "serve Prometheus /metrics here (0: off)")
 	flag.StringVar(&o.ProbeAddress, "health-probe-address", ":8081", "serve /healthz and /readyz here (0: off)")
@@ -64,4 +69,35 @@ func envOr(k, d string) string {
 		return v
 	}
 	return d
+}
+
+// uninstallMain deletes every NodeProfile and RuntimeImage and waits for the nodes'
+// cleanup; non-zero (and Helm keeps the release) when it does not finish in time.
+func uninstallMain(args []string) int {
+	fs := flag.NewFlagSet("uninstall", flag.ContinueOnError)
+	timeout := fs.Duration("timeout", 30*time.Minute, "fail when cleanup has not finished by then")
+	poll := fs.Duration("poll", 5*time.Second, "how often to look")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	scheme, err := operator.Scheme()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := uninstall.Run(ctrl.SetupSignalHandler(), c, *timeout, *poll, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
 }

@@ -28,6 +28,7 @@ import (
 	"brewlet.sh/brewlet/internal/admission"
 	"brewlet.sh/brewlet/internal/operator/nodeprofile"
 	"brewlet.sh/brewlet/internal/operator/restarts"
+	"brewlet.sh/brewlet/internal/operator/retirement"
 	"brewlet.sh/brewlet/internal/operator/runtimeimage"
 )
 
@@ -153,6 +154,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (manager.Manager, err
 	}
 	if err := nodeprofile.Setup(ctx, mgr, o.SkipNameValidation); err != nil {
 		return nil, fmt.Errorf("NodeProfile controller: %w", err)
+	}
+	if err := retirement.Setup(mgr, o.SkipNameValidation); err != nil {
+		return nil, fmt.Errorf("NodeRetirementEvidence controller: %w", err)
 	}
 	if _, err := admission.Setup(mgr, o.Admission); err != nil {
 		return nil, fmt.Errorf("pod admission: %w", err)

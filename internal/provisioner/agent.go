@@ -13,6 +13,7 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/hoststate"
+	"brewlet.sh/brewlet/internal/vocab"
 )
 
 // Agent is the provisioner's loop for one node. Every pass reads the cluster as the API
@@ -50,9 +51,19 @@ type Agent struct {
 	TaskGrace time.Duration
 	// Wake, when set, ends the pause between passes early (see Wakeup).
 	Wake <-chan struct{}
-	// Host is what PrepareHost did to the node (shim, containerd handler), for the report.
+	// HostSetup makes and reverses the host changes (shim, containerd handler): made when a
+	// profile first selects the node, reversed once none does and nothing uses Brewlet
+	// (nil: the host is prepared by someone else, and Host says how).
+	HostSetup *HostChanges
+	// ContainerdMode is the registration mode when the NodeRuntime spec names none.
+	ContainerdMode vocab.ContainerdRestart
+	// Host is what was done to the node (shim, containerd handler), for the report.
 	Host *brewletv1.NodeCleanup
 	Log  func(format string, args ...any)
+
+	host hostState
+	// selected: a profile selected the node in the last pass.
+	selected bool
 
 	fenceOpen bool
 	states    map[string]brewletv1.NodeRuntimeEntry
@@ -210,6 +221,7 @@ func (a *Agent) Reconcile(ctx context.Context) error {
 		return err
 	}
 	profile, perr := SelectProfile(node, profileList)
+	a.selected = profile != nil
 	images := map[string]*brewletv1.RuntimeImage{}
 	for i := range imageList {
 		images[imageList[i].Name] = &imageList[i]
@@ -246,6 +258,11 @@ func (a *Agent) Reconcile(ctx context.Context) error {
 		// An ID this node must not serve may still be authorized: no container starts.
 		return fmt.Errorf("revocation not written (the startup fence stays closed): %w", revokeErr)
 	}
+	if profile != nil {
+		if err := a.prepareHost(ctx, nrt); err != nil {
+			return err
+		}
+	}
 	if !a.fenceOpen {
 		if err := a.mayWrite(); err != nil {
 			return err
@@ -261,13 +278,21 @@ func (a *Agent) Reconcile(ctx context.Context) error {
 	if err := a.publishStatus(ctx, node, nrt); err != nil {
 		return err
 	}
-	if a.Collector != nil {
+	if a.Collector != nil && a.collectable() {
 		got, err := a.Collector.Sweep(ctx, a.IsWriter)
 		if err != nil {
 			a.logf("garbage collection: %v", err)
 		} else if len(got.Generations)+len(got.Layers) > 0 {
 			a.logf("garbage collection removed generations %v and %d layers", got.Generations, len(got.Layers))
 		}
+	}
+	if profile == nil {
+		// No profile selects the node (it left its pool, or its profile is going): once
+		// nothing uses Brewlet, put the host back as it was, and say so.
+		if err := a.cleanupHost(ctx); err != nil {
+			return err
+		}
+		return a.publishStatus(ctx, node, nrt)
 	}
 	return nil
 }

@@ -93,6 +93,31 @@ func (c *Containerd) Remove(ctx context.Context) (Change, error) {
 	return c.apply(ctx, c.ConfigPath, body, false)
 }
 
+// Target is the file Ensure writes: the drop-in where the main config imports a
+// directory, else the main config itself.
+func (c *Containerd) Target() (string, error) {
+	main, err := c.readMain()
+	if err != nil {
+		return "", err
+	}
+	if dir := importsDir(main); dir != "" {
+		return filepath.Join(dir, dropInName), nil
+	}
+	return c.ConfigPath, nil
+}
+
+// Restore puts path back to body, byte for byte (existed false: removes it), with the
+// same validation, restart-on-change and rollback as Ensure. Cleanup uses it to leave
+// containerd's config exactly as it was before Brewlet.
+func (c *Containerd) Restore(ctx context.Context, path string, body []byte, existed bool) (Change, error) {
+	if !existed {
+		body = nil
+	} else if body == nil {
+		body = []byte{}
+	}
+	return c.apply(ctx, path, body, bytes.Contains(body, []byte(vocab.ShimRuntimeType)))
+}
+
 func (c *Containerd) readMain() (map[string]any, error) {
 	b, err := os.ReadFile(c.ConfigPath)
 	if err != nil {

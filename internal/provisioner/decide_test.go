@@ -9,8 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/vocab"
@@ -214,23 +212,21 @@ func TestValidateTiming(t *testing.T) {
 	}
 }
 
-func TestContainerdMode(t *testing.T) {
-	s := Scheme()
+// The containerd mode is the NodeRuntime spec's when it names one, else the agent's flag.
+func TestModeOf(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		objs []client.Object
+		spec brewletv1.NodeRuntimeSpec
 		flag vocab.ContainerdRestart
 		want vocab.ContainerdRestart
 	}{
-		{"no NodeRuntime: the flag", nil, vocab.ContainerdRestartValidated, vocab.ContainerdRestartValidated},
-		{"spec without a mode: the flag", []client.Object{&brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}}, vocab.ContainerdRestartNone, vocab.ContainerdRestartNone},
-		{"spec none overrides the flag", []client.Object{&brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: brewletv1.NodeRuntimeSpec{ContainerdRestart: "none"}}}, vocab.ContainerdRestartValidated, vocab.ContainerdRestartNone},
-		{"spec validated overrides the flag", []client.Object{&brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: brewletv1.NodeRuntimeSpec{ContainerdRestart: "validated"}}}, vocab.ContainerdRestartNone, vocab.ContainerdRestartValidated},
-		{"another node's spec is not read", []client.Object{&brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Spec: brewletv1.NodeRuntimeSpec{ContainerdRestart: "none"}}}, vocab.ContainerdRestartValidated, vocab.ContainerdRestartValidated},
+		{"spec without a mode: the flag", brewletv1.NodeRuntimeSpec{}, vocab.ContainerdRestartNone, vocab.ContainerdRestartNone},
+		{"spec none overrides the flag", brewletv1.NodeRuntimeSpec{ContainerdRestart: "none"}, vocab.ContainerdRestartValidated, vocab.ContainerdRestartNone},
+		{"spec validated overrides the flag", brewletv1.NodeRuntimeSpec{ContainerdRestart: "validated"}, vocab.ContainerdRestartNone, vocab.ContainerdRestartValidated},
+		{"an unknown mode is not obeyed", brewletv1.NodeRuntimeSpec{ContainerdRestart: "always"}, vocab.ContainerdRestartNone, vocab.ContainerdRestartNone},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := fake.NewClientBuilder().WithScheme(s).WithObjects(tc.objs...).Build()
-			if got := ContainerdMode(context.Background(), c, "n1", tc.flag); got != tc.want {
+			if got := ModeOf(tc.spec, tc.flag); got != tc.want {
 				t.Fatalf("mode %q, want %q", got, tc.want)
 			}
 		})

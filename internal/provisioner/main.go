@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os/exec"
 	"runtime"
-	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -50,8 +49,10 @@ func Scheme() *k8sruntime.Scheme {
 	return s
 }
 
-// Main runs the agent until ctx ends: it waits for the node's writer lease, installs the
-// shim, registers the handler with containerd (mode validated), then reconciles.
+// Main runs the agent until ctx ends: it waits for the node's writer lease, then
+// reconciles; the first pass in which a profile selects the node installs the shim and
+// registers the handler with containerd (mode validated), and passes in which none does
+// clean the node up.
 func Main(ctx context.Context, o Options) error {
 	if o.NodeName == "" {
 		return errors.New("--node-name (or NODE_NAME) is required")
@@ -88,7 +89,10 @@ func Main(ctx context.Context, o Options) error {
 			Platform: v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}},
 		Collector: &Collector{Layout: layout, Grace: o.GCGrace, MountInfo: o.MountInfo},
 		Tasks:     &ContainerdTasks{Socket: o.ContainerdSocket},
-		Log:       log.Printf}
+		HostSetup: &HostChanges{Layout: layout, Containerd: o.containerd(), ShimSource: o.ShimSource, ShimDir: o.ShimDir},
+		// The mode comes from the NodeRuntime spec when the operator wrote one.
+		ContainerdMode: vocab.ContainerdRestart(o.ContainerdRestart),
+		Log:            log.Printf}
 	wake := make(chan struct{}, 1)
 	view, err := NewView(cfg, Scheme(), c)
 	if err != nil {
@@ -115,38 +119,15 @@ func Main(ctx context.Context, o Options) error {
 	return WriterLease{Client: cs, Namespace: o.Namespace, NodeName: o.NodeName, Identity: o.Identity}.
 		Run(ctx, func(ctx context.Context, isWriter func() bool) {
 			agent.IsWriter = isWriter
-			if !isWriter() { // the shim and containerd's config are host changes too
-				return
-			}
-			agent.Host = o.prepareHost(ctx, ContainerdMode(ctx, c, o.NodeName, vocab.ContainerdRestart(o.ContainerdRestart)))
 			if err := agent.Run(ctx); err != nil {
 				log.Printf("agent: %v", err)
 			}
 		})
 }
 
-// ContainerdMode is the containerd registration mode for this node: the one brewlet-operator
-// wrote into the node's NodeRuntime spec (copied from its NodeProfile), else flag (the
-// --containerd-restart default: no operator, the operator not yet there, or the object not
-// readable). It is read once, when the agent takes the node's writer lease, because
-// registering the handler restarts containerd: a changed mode applies at the agent's next
-// start, never mid-flight.
-func ContainerdMode(ctx context.Context, c client.Reader, nodeName string, flag vocab.ContainerdRestart) vocab.ContainerdRestart {
-	nrt := &brewletv1.NodeRuntime{}
-	if err := c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt); err != nil {
-		return flag
-	}
-	switch m := vocab.ContainerdRestart(nrt.Spec.ContainerdRestart); m {
-	case vocab.ContainerdRestartValidated, vocab.ContainerdRestartNone:
-		return m
-	}
-	return flag
-}
-
-// prepareHost installs the shim and registers the handler (mode validated), reporting both
-// on NodeRuntime.
-func (o Options) prepareHost(ctx context.Context, mode vocab.ContainerdRestart) *brewletv1.NodeCleanup {
-	cd := &Containerd{ConfigPath: o.ContainerdConfig, Binary: o.ContainerdBinary,
+// containerd is how the agent edits, checks and restarts the node's containerd.
+func (o Options) containerd() *Containerd {
+	return &Containerd{ConfigPath: o.ContainerdConfig, Binary: o.ContainerdBinary,
 		Restart: func(ctx context.Context) error {
 			out, err := exec.CommandContext(ctx, "sh", "-c", o.ContainerdRestartCommand).CombinedOutput()
 			if err != nil {
@@ -155,36 +136,4 @@ func (o Options) prepareHost(ctx context.Context, mode vocab.ContainerdRestart) 
 			return nil
 		},
 		Health: HandlerHealth(o.ContainerdSocket)}
-	return PrepareHost(ctx, cd, mode, o.ShimSource, o.ShimDir)
-}
-
-// PrepareHost installs the shim (when shimDir is set) and, in mode validated, registers the
-// brewlet handler with containerd. Mode none changes nothing. A failure leaves containerd
-// as it was (rolled back) and is reported in the returned record, which the agent publishes
-// as NodeRuntime status.cleanup.
-func PrepareHost(ctx context.Context, cd *Containerd, mode vocab.ContainerdRestart, shimSrc, shimDir string) *brewletv1.NodeCleanup {
-	rep := &brewletv1.NodeCleanup{}
-	var msgs []string
-	if shimDir != "" {
-		if _, err := InstallShim(shimSrc, shimDir); err != nil {
-			msgs = append(msgs, "shim not installed: "+err.Error())
-		} else {
-			rep.ShimInstalled = true
-		}
-	}
-	if mode == vocab.ContainerdRestartValidated {
-		if ch, err := cd.Ensure(ctx); err != nil {
-			msgs = append(msgs, err.Error())
-		} else {
-			rep.ContainerdHandlerRegistered = true
-			if ch.Restarted {
-				log.Printf("registered the brewlet handler in %s and restarted containerd", ch.File)
-			}
-		}
-	}
-	rep.Message = strings.Join(msgs, "; ")
-	if rep.Message != "" {
-		log.Printf("host preparation: %s", rep.Message)
-	}
-	return rep
 }

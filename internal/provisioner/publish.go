@@ -43,6 +43,13 @@ func (a *Agent) publishLabels(ctx context.Context, node *corev1.Node) error {
 		states[id] = vocab.RuntimeState(e.State)
 	}
 	want := Labels(states)
+	if a.HostSetup != nil {
+		// Keeps the agent scheduled here until its host changes are reversed; an
+		// unreadable record counts as changes (they may exist).
+		if owed, err := a.HostSetup.Recorded(); owed || err != nil {
+			want[vocab.LabelHostChanges] = vocab.LabelValuePresent
+		}
+	}
 	patch := client.MergeFrom(node.DeepCopy())
 	changed := false
 	if node.Labels == nil {
@@ -72,7 +79,7 @@ func (a *Agent) publishLabels(ctx context.Context, node *corev1.Node) error {
 
 // publishStatus writes the NodeRuntime status when it changed (not on every pass).
 func (a *Agent) publishStatus(ctx context.Context, node *corev1.Node, nrt *brewletv1.NodeRuntime) error {
-	st := brewletv1.NodeRuntimeStatus{NodeUID: node.UID, AgentPodUID: a.PodUID, Cleanup: a.Host}
+	st := brewletv1.NodeRuntimeStatus{NodeUID: node.UID, AgentPodUID: a.PodUID, Cleanup: a.cleanupReport(a.selected)}
 	for _, e := range a.states {
 		st.Runtimes = append(st.Runtimes, e)
 	}

@@ -119,6 +119,22 @@ func (c *ContainerdTasks) List(ctx context.Context) (map[string]TaskState, []str
 	return tasks, brewlet, nil
 }
 
+// ShimContainers counts containerd's containers on the Brewlet shim, pod sandboxes
+// included: while any exists, the shim binary and the handler stay.
+func (c *ContainerdTasks) ShimContainers(ctx context.Context) (int, error) {
+	conn, err := c.dial()
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = conn.Close() }()
+	cl, err := containersapi.NewContainersClient(conn).List(namespaces.WithNamespace(ctx, criNamespace), &containersapi.ListContainersRequest{
+		Filters: []string{fmt.Sprintf(`runtime.name==%q`, vocab.ShimRuntimeType)}})
+	if err != nil {
+		return 0, fmt.Errorf("list containerd containers at %s: %w", c.Socket, err)
+	}
+	return len(cl.Containers), nil
+}
+
 // Get asks for one container's task.
 func (c *ContainerdTasks) Get(ctx context.Context, containerID string) (TaskState, error) {
 	conn, err := c.dial()

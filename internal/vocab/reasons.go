@@ -28,6 +28,12 @@ const (
 	ReasonCompleteWithExclusions Reason = "CompleteWithExclusions"
 	ReasonNoNodes                Reason = "NoNodes" // no node reports the ID yet
 
+	// Cleanup (operator, NodeProfile conditions CleanupComplete and RetirementPending).
+	ReasonNothingOwed         Reason = "NothingOwed"         // no node owes this profile any cleanup
+	ReasonCleanupPending      Reason = "CleanupPending"      // some node still owes cleanup (named, with the steps)
+	ReasonRetirementPending   Reason = "RetirementPending"   // a node owing cleanup is gone or was recreated
+	ReasonNoRetirementPending Reason = "NoRetirementPending" // every node owing cleanup still exists
+
 	// Containers on older generations (operator, condition OldGenerationTasks).
 	ReasonOldGenerationTasks   Reason = "OldGenerationTasks"   // some node reports containers on an older generation or epoch
 	ReasonNoOldGenerationTasks Reason = "NoOldGenerationTasks" // every reported container runs the current generation

@@ -37,6 +37,12 @@ const (
 	LabelValueReady = "ready"
 	// LabelValueAvailable: offered OnDemand, installed at first use.
 	LabelValueAvailable = "available"
+	// LabelHostChanges is "present" while the node holds host changes Brewlet made (shim,
+	// containerd handler): the agent's DaemonSet keeps running there until they are
+	// reversed, even after the node left every pool.
+	LabelHostChanges = Domain + "/host-changes"
+	// LabelValuePresent is LabelHostChanges' value.
+	LabelValuePresent = "present"
 )
 
 // RuntimeLabel is the per-ID capability label key of a node.

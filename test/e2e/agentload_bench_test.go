@@ -156,7 +156,7 @@ func runAgents(t *testing.T, cp *framework.ControlPlane, cfg *rest.Config, c cli
 	if useView {
 		// Informers start a few at a time, as a fleet's agents start at different moments.
 		views = make([]*provisioner.View, n)
-		sem := make(chan struct{}, 16)
+		sem := make(chan struct{}, 4)
 		var starting sync.WaitGroup
 		var failed atomic.Value
 		for i, a := range agents {

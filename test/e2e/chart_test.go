@@ -628,6 +628,9 @@ func TestChartTemplate(t *testing.T) {
 		wantTerms := []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
 			{Key: "pool.example/name", Operator: corev1.NodeSelectorOpIn, Values: []string{"general", "batch"}},
 			{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.NodeSelectorOpDoesNotExist},
+		}}, {MatchExpressions: []corev1.NodeSelectorRequirement{
+			{Key: "brewlet.sh/host-changes", Operator: corev1.NodeSelectorOpIn, Values: []string{"present"}},
+			{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.NodeSelectorOpDoesNotExist},
 		}}}
 		if got := aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms; !equality.Semantic.DeepEqual(got, wantTerms) {
 			t.Errorf("provisioner node affinity %+v, want %+v", got, wantTerms)
@@ -764,6 +767,8 @@ func TestChartTemplate(t *testing.T) {
 		want := []corev1.NodeSelectorTerm{
 			{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "pool", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}},
 			{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "tier", Operator: corev1.NodeSelectorOpIn, Values: []string{"b"}}}},
+			// A node that left the pools keeps its agent until its host changes are reversed.
+			{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "brewlet.sh/host-changes", Operator: corev1.NodeSelectorOpIn, Values: []string{"present"}}}},
 		}
 		if !equality.Semantic.DeepEqual(terms, want) {
 			t.Errorf("terms %+v, want %+v", terms, want)

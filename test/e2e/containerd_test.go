@@ -10,6 +10,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/provisioner"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
@@ -54,7 +55,8 @@ func TestContainerdHandlerRegistration(t *testing.T) {
 	}
 	// containerdRestart: none changes nothing at all.
 	before, _ := os.ReadFile(n.ConfigPath)
-	if rep := provisioner.PrepareHost(ctx, cd, vocab.ContainerdRestartNone, "", ""); rep.ContainerdHandlerRegistered || rep.Message != "" {
+	host := &provisioner.HostChanges{Layout: hoststate.Under(t.TempDir()), Containerd: cd}
+	if rep := host.Prepare(ctx, vocab.ContainerdRestartNone); rep.ContainerdHandlerRegistered || rep.Message != "" {
 		t.Fatalf("mode none: %+v", rep)
 	}
 	if after, _ := os.ReadFile(n.ConfigPath); string(after) != string(before) {
@@ -65,7 +67,8 @@ func TestContainerdHandlerRegistration(t *testing.T) {
 	}
 	// Mode validated installs the shim and registers the handler, and says so.
 	shimDir := t.TempDir()
-	rep := provisioner.PrepareHost(ctx, cd, vocab.ContainerdRestartValidated, filepath.Join(n.BinDir, vocab.ShimBinaryName), shimDir)
+	host.ShimSource, host.ShimDir = filepath.Join(n.BinDir, vocab.ShimBinaryName), shimDir
+	rep := host.Prepare(ctx, vocab.ContainerdRestartValidated)
 	if !rep.ContainerdHandlerRegistered || !rep.ShimInstalled || rep.Message != "" {
 		t.Fatalf("register handler: %+v", rep)
 	}
@@ -79,12 +82,26 @@ func TestContainerdHandlerRegistration(t *testing.T) {
 		t.Fatalf("second Ensure restarted containerd or failed: %+v %v", ch, err)
 	}
 
-	if ch, err := cd.Remove(ctx); err != nil || !ch.Restarted {
-		t.Fatalf("remove handler: %+v %v", ch, err)
+	// Cleanup reverses both: no drop-in, no shim, the main config as it was, the record gone.
+	if notes, err := host.Reverse(ctx); err != nil || notes != "" {
+		t.Fatalf("reverse: %q %v", notes, err)
 	}
 	if _, err := os.Stat(filepath.Join(n.ImportsDir, "99-brewlet.toml")); !os.IsNotExist(err) {
 		t.Fatalf("drop-in left after removal: %v", err)
 	}
+	if _, err := os.Stat(filepath.Join(shimDir, vocab.ShimBinaryName)); !os.IsNotExist(err) {
+		t.Fatalf("shim left after cleanup: %v", err)
+	}
+	if after, _ := os.ReadFile(n.ConfigPath); string(after) != string(before) {
+		t.Fatal("cleanup changed containerd's main config")
+	}
+	if owed, err := host.Recorded(); owed || err != nil {
+		t.Fatalf("host record after cleanup: %v %v", owed, err)
+	}
+	if err := handlerListed(ctx, n); err == nil {
+		t.Fatal("handler still listed after cleanup")
+	}
+	host.ShimDir = ""
 
 	// A handler that fails its health check is rolled back, and containerd runs on.
 	failing := *cd
@@ -93,8 +110,9 @@ func TestContainerdHandlerRegistration(t *testing.T) {
 	if vocab.ReasonOf(err) != vocab.ReasonContainerdConfigFailed || !strings.Contains(err.Error(), "rolled back") {
 		t.Fatalf("failed health check: %v", err)
 	}
-	// The same failure through PrepareHost is reported for NodeRuntime status.
-	if rep := provisioner.PrepareHost(ctx, &failing, vocab.ContainerdRestartValidated, "", ""); rep.ContainerdHandlerRegistered ||
+	// The same failure through Prepare is reported for NodeRuntime status.
+	failingHost := &provisioner.HostChanges{Layout: hoststate.Under(t.TempDir()), Containerd: &failing}
+	if rep := failingHost.Prepare(ctx, vocab.ContainerdRestartValidated); rep.ContainerdHandlerRegistered ||
 		!strings.Contains(rep.Message, "ContainerdConfigFailed") {
 		t.Fatalf("failure report: %+v", rep)
 	}
@@ -132,6 +150,47 @@ func TestContainerdHandlerRegistration(t *testing.T) {
 		b, _ = os.ReadFile(cfg)
 		if strings.Contains(string(b), vocab.ShimRuntimeType) || restarts != 2 {
 			t.Fatalf("handler not removed (restarts %d):\n%s", restarts, b)
+		}
+		// Through the host record, cleanup restores the original bytes (comments and
+		// layout included), not a re-encoded equivalent, and keeps the file's mode.
+		if err := os.WriteFile(cfg, []byte(orig+"# the administrator's comment\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(cfg, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		original, _ := os.ReadFile(cfg)
+		h := &provisioner.HostChanges{Layout: hoststate.Under(t.TempDir()), Containerd: c}
+		if rep := h.Prepare(ctx, vocab.ContainerdRestartValidated); !rep.ContainerdHandlerRegistered {
+			t.Fatalf("prepare: %+v", rep)
+		}
+		if b, _ := os.ReadFile(cfg); !strings.Contains(string(b), vocab.ShimRuntimeType) {
+			t.Fatalf("handler not registered:\n%s", b)
+		}
+		if _, err := h.Reverse(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(cfg); string(b) != string(original) {
+			t.Fatalf("config after cleanup is not the original:\n%s\nwant:\n%s", b, original)
+		}
+		if fi, _ := os.Stat(cfg); fi.Mode().Perm() != 0o600 {
+			t.Fatalf("config mode %v after cleanup", fi.Mode())
+		}
+		// An administrator's edit after Brewlet's is never overwritten: the handler is taken
+		// out, the edit kept, and the difference reported.
+		if rep := h.Prepare(ctx, vocab.ContainerdRestartValidated); !rep.ContainerdHandlerRegistered {
+			t.Fatalf("prepare again: %+v", rep)
+		}
+		edited, _ := os.ReadFile(cfg)
+		if err := os.WriteFile(cfg, append(edited, []byte("# edited later\n")...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		notes, err := h.Reverse(ctx)
+		if err != nil || !strings.Contains(notes, "changed after Brewlet's edit") {
+			t.Fatalf("reverse over an edit: %q %v", notes, err)
+		}
+		if b, _ := os.ReadFile(cfg); strings.Contains(string(b), vocab.ShimRuntimeType) || !strings.Contains(string(b), "SystemdCgroup") {
+			t.Fatalf("config after cleanup over an edit:\n%s", b)
 		}
 		// A config containerd itself refuses is never touched.
 		bad := "version = 3\n[plugins\n"

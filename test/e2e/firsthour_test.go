@@ -42,12 +42,13 @@ func (w logWriter) Write(b []byte) (int, error) {
 // generation 1 of the CPython runtime and, after a one-digest rotation and a restart, on
 // generation 2. Then: the agent's token is node-scoped by the policy; probes, hooks and
 // `kubectl exec` run as the runtime's user without capabilities; root is refused at
-// admission; and an agent that is down leaves running pods alone while new ones wait on
-// the startup fence until it is back.
+// admission; an agent that is down leaves running pods alone while new ones wait on
+// the startup fence until it is back; and helm uninstall leaves the node as before.
 func TestFirstHourOnKubelet(t *testing.T) {
 	c := cluster.Start(t)
 	ctx := context.Background()
 	f := firsthour.New(t, c, logWriter{t})
+	before := snapshotNode(t, c, f.Clients.CL)
 	f.Run(ctx)
 
 	t.Run("node agent runs with its own token, scoped to its node", func(t *testing.T) {
@@ -71,6 +72,9 @@ func TestFirstHourOnKubelet(t *testing.T) {
 	})
 	t.Run("another rotation: the opted-in app moves, a Deployment that did not opt in stays and is listed", func(t *testing.T) {
 		firstHourSecondRotation(t, f)
+	})
+	t.Run("helm uninstall cleans the node up: as before the install", func(t *testing.T) {
+		firstHourUninstall(t, f, before)
 	})
 }
 

@@ -140,10 +140,10 @@ func testProfilePools(t *testing.T, c client.Client) {
 	}
 	// The agent takes its containerd mode from this spec, not from its flag (the flag is
 	// only the default for a node no operator wrote to).
-	if m := provisioner.ContainerdMode(ctx, c, "gen-1", vocab.ContainerdRestartValidated); m != vocab.ContainerdRestartNone {
+	if m := provisioner.ModeOf(nrtSpec(t, c, "gen-1"), vocab.ContainerdRestartValidated); m != vocab.ContainerdRestartNone {
 		t.Fatalf("agent containerd mode %q, want none from the NodeRuntime spec", m)
 	}
-	if m := provisioner.ContainerdMode(ctx, c, "other-1", vocab.ContainerdRestartValidated); m != vocab.ContainerdRestartValidated {
+	if m := provisioner.ModeOf(nrtSpec(t, c, "other-1"), vocab.ContainerdRestartValidated); m != vocab.ContainerdRestartValidated {
 		t.Fatalf("agent containerd mode %q on a node without spec, want the flag's validated", m)
 	}
 	for _, n := range []string{"cp-1", "batch-1", "other-1"} {

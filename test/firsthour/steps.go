@@ -79,7 +79,8 @@ func (f *Flow) chartValues() map[string]any {
 			"pools":       []any{map[string]any{"key": cluster.PoolKey, "values": []string{cluster.PoolName}}},
 			"hostPrefix":  f.C.HostPrefix,
 			"hostNetwork": true,
-			"gc":          map[string]any{"grace": "10m"},
+			// Short, so that removing Brewlet does not wait long for unused runtimes.
+			"gc": map[string]any{"grace": "20s"},
 			// The agent's pass period is a fifth of this: a local cluster reacts in seconds.
 			"authorizationTTL": "2m",
 			"containerd": map[string]any{"restart": string(vocab.ContainerdRestartNone), "config": f.C.ContainerdConfig,

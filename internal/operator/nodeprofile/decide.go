@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/nodepool"
@@ -34,6 +35,8 @@ type Input struct {
 	Images map[string]*brewletv1.RuntimeImage
 	// Runtimes are the NodeRuntimes by node name.
 	Runtimes map[string]*brewletv1.NodeRuntime
+	// Accepted are the nodes ("name/uid") whose NodeRetirementEvidence was accepted.
+	Accepted map[string]bool
 	Now      metav1.Time
 }
 
@@ -57,6 +60,9 @@ type Decision struct {
 	// Halted are the runtime IDs whose rotation is halted in this pool.
 	Halted []string
 	Events []Event
+	// AddFinalizer: the profile lacks the cleanup finalizer (added before any node is
+	// served); ReleaseFinalizer: it is being deleted and no node owes it anything.
+	AddFinalizer, ReleaseFinalizer bool
 }
 
 // Decide computes the profile's status and its nodes' NodeRuntime specs.
@@ -173,6 +179,22 @@ func Decide(in Input) Decision {
 		d.Events = append(d.Events, Event{Type: typ, Reason: vocab.Reason(c.Reason), Message: c.Message})
 	}
 	meta.SetStatusCondition(&st.Conditions, c)
+
+	ld := Ledger(in, d.Assigned, in.Accepted)
+	st.Ledger = ld.Ledger
+	for _, lc := range []metav1.Condition{ld.Cleanup, ld.Retirement} {
+		prev := meta.FindStatusCondition(st.Conditions, lc.Type)
+		changed := prev == nil || prev.Status != lc.Status || prev.Reason != lc.Reason
+		switch {
+		case changed && lc.Reason == string(vocab.ReasonRetirementPending):
+			d.Events = append(d.Events, Event{Type: corev1.EventTypeWarning, Reason: vocab.ReasonRetirementPending, Message: lc.Message})
+		case changed && prev != nil && lc.Type == string(vocab.ConditionCleanupComplete):
+			d.Events = append(d.Events, Event{Type: corev1.EventTypeNormal, Reason: vocab.Reason(lc.Reason), Message: lc.Message})
+		}
+		meta.SetStatusCondition(&st.Conditions, lc)
+	}
+	d.AddFinalizer = p.DeletionTimestamp == nil && !controllerutil.ContainsFinalizer(p, vocab.FinalizerCleanup)
+	d.ReleaseFinalizer = ld.Release && controllerutil.ContainsFinalizer(p, vocab.FinalizerCleanup)
 	d.Status = st
 	return d
 }

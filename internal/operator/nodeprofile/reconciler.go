@@ -10,8 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
@@ -51,7 +53,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	d := Decide(in)
+	if d.AddFinalizer {
+		// Before any node is served: every change this profile leads to is then held
+		// until its cleanup is done.
+		controllerutil.AddFinalizer(p, vocab.FinalizerCleanup)
+		if err := r.Client.Update(ctx, p); err != nil {
+			return reconcile.Result{RequeueAfter: conflictRetry}, client.IgnoreNotFound(ignoreConflict(err))
+		}
+		return reconcile.Result{}, nil // the update wakes the next pass
+	}
 	err = r.write(ctx, p, in, d)
+	if err == nil && d.ReleaseFinalizer {
+		// No node owes this profile anything: the deletion completes.
+		controllerutil.RemoveFinalizer(p, vocab.FinalizerCleanup)
+		err = r.Client.Update(ctx, p)
+	}
 	switch {
 	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err):
 		return reconcile.Result{RequeueAfter: conflictRetry}, nil
@@ -87,7 +103,24 @@ func (r *Reconciler) read(ctx context.Context, p *brewletv1.NodeProfile) (Input,
 	for i := range nrts.Items {
 		in.Runtimes[nrts.Items[i].Name] = &nrts.Items[i]
 	}
+	var evidence brewletv1.NodeRetirementEvidenceList
+	if err := r.Client.List(ctx, &evidence); err != nil {
+		return in, fmt.Errorf("list NodeRetirementEvidences: %w", err)
+	}
+	in.Accepted = map[string]bool{}
+	for _, e := range evidence.Items {
+		if e.Status.Phase == brewletv1.EvidenceAccepted || e.Status.Phase == brewletv1.EvidenceResolved {
+			in.Accepted[ledgerKey(e.Spec.NodeName, types.UID(e.Spec.NodeUID))] = true
+		}
+	}
 	return in, nil
+}
+
+func ignoreConflict(err error) error {
+	if apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
 }
 
 // write applies the decision: NodeRuntime specs first (they are what nodes act on), then

@@ -2,11 +2,13 @@ package nodeprofile
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -53,6 +55,13 @@ func TestReconcile(t *testing.T) {
 	r := &Reconciler{Client: c, Recorder: rec, Now: func() metav1.Time { return now }}
 	ctx := context.Background()
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "p"}}
+	// The first pass only adds the cleanup finalizer, before any node is served.
+	if res, err := r.Reconcile(ctx, req); err != nil || !res.IsZero() {
+		t.Fatalf("first pass: %+v %v", res, err)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Name: "a"}, &brewletv1.NodeRuntime{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a node served before the finalizer: %v", err)
+	}
 	if _, err := r.Reconcile(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +90,9 @@ func TestReconcile(t *testing.T) {
 	got := &brewletv1.NodeProfile{}
 	if err := c.Get(ctx, types.NamespacedName{Name: "p"}, got); err != nil {
 		t.Fatal(err)
+	}
+	if !slices.Equal(got.Finalizers, []string{vocab.FinalizerCleanup}) || len(got.Status.Ledger) != 2 {
+		t.Fatalf("finalizers %v, ledger %+v", got.Finalizers, got.Status.Ledger)
 	}
 	cond := meta.FindStatusCondition(got.Status.Conditions, string(vocab.ConditionReady))
 	if got.Status.AssignedNodes != 2 || got.Status.ReadyNodes != 1 || cond == nil || cond.Reason != string(vocab.ReasonNodesNotReady) {

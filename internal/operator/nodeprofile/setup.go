@@ -47,6 +47,8 @@ func Setup(_ context.Context, mgr manager.Manager, skipNameValidation bool) erro
 		Watches(&corev1.Node{}, all, builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Watches(&brewletv1.RuntimeImage{}, all).
 		Watches(&brewletv1.NodeRuntime{}, all).
+		// Accepted retirement evidence resolves ledger entries.
+		Watches(&brewletv1.NodeRetirementEvidence{}, all).
 		// Someone editing or deleting the RuntimeClass is repaired.
 		Watches(&nodev1.RuntimeClass{}, all).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: &skipNameValidation}).

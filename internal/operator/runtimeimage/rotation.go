@@ -90,8 +90,8 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 			counts.Failed, g, maxFailures, failing(excluded, rot.ExcludedNodes))
 	case done && counts.Failed > 0:
 		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonCompleteWithExclusions)
-		prog.Message = fmt.Sprintf("%d of %d node(s) serve generation %d; %s excluded (failed it, within rollout.maxFailures=%d): they keep their generation until a new digest",
-			counts.Current, reporting, g, failing(excluded, rot.ExcludedNodes), maxFailures)
+		prog.Message = fmt.Sprintf("%d of %d node(s) serve generation %d; %d excluded after failing it, within rollout.maxFailures=%d (they keep their generation until a new digest): %s",
+			counts.Current, reporting, g, counts.Failed, maxFailures, failing(excluded, rot.ExcludedNodes))
 	case done:
 		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonAllNodesCurrent)
 		prog.Message = fmt.Sprintf("all %d node(s) serve generation %d", reporting, g)
@@ -108,8 +108,8 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 		comp.Message = fmt.Sprintf("generation %d (%s) reached every reporting node at %s", g, st.Digest, rot.RotationCompletedAt.UTC().Format("2006-01-02T15:04:05Z"))
 		if counts.Failed > 0 {
 			comp.Reason = string(vocab.ReasonCompleteWithExclusions)
-			comp.Message = fmt.Sprintf("generation %d (%s) reached every reporting node but the %d excluded at %s (%s)", g, st.Digest,
-				counts.Failed, rot.RotationCompletedAt.UTC().Format("2006-01-02T15:04:05Z"), failing(excluded, rot.ExcludedNodes))
+			comp.Message = fmt.Sprintf("generation %d (%s) reached every reporting node at %s, except %d excluded after failing it: %s", g, st.Digest,
+				rot.RotationCompletedAt.UTC().Format("2006-01-02T15:04:05Z"), counts.Failed, failing(excluded, rot.ExcludedNodes))
 		}
 	default:
 		comp.Status, comp.Reason, comp.Message = metav1.ConditionFalse, prog.Reason, prog.Message
