@@ -205,7 +205,8 @@ func (a *Agent) installedRuntimes() ([]string, error) {
 }
 
 // cleanupReport is NodeRuntime status.cleanup: the host changes in place, the runtimes on
-// disk, and done once a node no profile selects holds nothing of Brewlet's.
+// disk, and done once a node no profile selects holds nothing of Brewlet's (with a
+// HostSetup: no host change and no state left at all).
 func (a *Agent) cleanupReport(selected bool) *brewletv1.NodeCleanup {
 	rep := &brewletv1.NodeCleanup{}
 	if a.Host != nil {
@@ -219,8 +220,10 @@ func (a *Agent) cleanupReport(selected bool) *brewletv1.NodeCleanup {
 	rep.InstalledRuntimes = ids
 	owed := rep.ShimInstalled || rep.ContainerdHandlerRegistered
 	if a.HostSetup != nil {
+		// Done means nothing of Brewlet's is left: host changes reversed and its own state
+		// (layers, markers, records) removed, which happens only once nothing uses it.
 		recorded, rerr := a.HostSetup.Recorded()
-		owed = recorded || rerr != nil
+		owed = recorded || rerr != nil || a.holdsState()
 	}
 	rep.Done = !selected && len(ids) == 0 && !owed
 	return rep

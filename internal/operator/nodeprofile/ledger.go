@@ -90,13 +90,14 @@ func Ledger(in Input, assigned []string, accepted map[string]bool) LedgerDecisio
 			// it offers; this one still owes the removal of the others.
 			e.ContainerdConfig = false
 			e.RuntimeImages = without(intersect(e.RuntimeImages, installedOf(cl), cl != nil), offeredIDs(owner))
+			if len(e.RuntimeImages) == 0 && !e.ContainerdConfig {
+				continue // nothing owed to this profile any more
+			}
 		case cl != nil && cl.Done:
-			e.ContainerdConfig, e.RuntimeImages = false, nil
+			continue // the node's agent says nothing of Brewlet's is left
 		default:
+			// Only the agent's done counts: runtimes gone is not the host put back.
 			e.RuntimeImages = intersect(e.RuntimeImages, installedOf(cl), cl != nil)
-		}
-		if len(e.RuntimeImages) == 0 && !e.ContainerdConfig {
-			continue // nothing owed any more
 		}
 		e.Message = owedSteps(e, cl)
 		owing = append(owing, e.NodeName)
@@ -136,6 +137,9 @@ func owedSteps(e brewletv1.LedgerEntry, cl *brewletv1.NodeCleanup) string {
 	}
 	if e.ContainerdConfig {
 		steps = append(steps, "restore containerd's config and remove the shim")
+	}
+	if len(steps) == 0 {
+		steps = append(steps, "finish its cleanup (Brewlet's state on the node)")
 	}
 	msg := "owes: " + strings.Join(steps, "; ")
 	switch {
