@@ -13,12 +13,15 @@ type NodeRetirementEvidenceSpec struct {
 	NodeName string `json:"nodeName"`
 	// NodeUID is the original Node UID recorded in the ledger.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
 	NodeUID string `json:"nodeUID"`
 	// ProviderID is the Node's spec.providerID.
 	// +optional
+	// +kubebuilder:validation:MaxLength=1024
 	ProviderID string `json:"providerID,omitempty"`
 	// InstanceID is the provider's non-reusable instance identifier.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
 	InstanceID string `json:"instanceID"`
 	// RetiredAt is when the host was destroyed; it cannot be in the future.
 	RetiredAt metav1.Time `json:"retiredAt"`

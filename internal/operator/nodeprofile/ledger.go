@@ -146,9 +146,20 @@ func owedSteps(e brewletv1.LedgerEntry, cl *brewletv1.NodeCleanup) string {
 	case cl == nil:
 		msg += " (its agent has not reported on this node yet)"
 	case cl.Message != "":
-		msg += " (agent: " + cl.Message + ")"
+		msg += " (agent: " + clip(cl.Message, maxAgentMessage) + ")"
 	}
 	return msg
+}
+
+// maxAgentMessage bounds what a node's own report adds to the profile's status: a node
+// writes its NodeRuntime, not the profile.
+const maxAgentMessage = 300
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
 func offeredIDs(p *brewletv1.NodeProfile) []string {

@@ -133,3 +133,16 @@ func TestLedger(t *testing.T) {
 		})
 	}
 }
+
+// A node's own report cannot grow the profile's status: its message is clipped.
+func TestLedgerClipsAgentMessages(t *testing.T) {
+	r := cleaned("a", false, "py")
+	r.Status.Cleanup.Message = strings.Repeat("é", 5000)
+	p := prof("p", 1, []string{"general"}, "py")
+	p.Status.Ledger = []brewletv1.LedgerEntry{entry("a", true, "py")}
+	in := input(p, nil, []corev1.Node{node("a", "batch")}, nil, r)
+	ld := Ledger(in, nil, nil)
+	if len(ld.Ledger) != 1 || len(ld.Ledger[0].Message) > 400 || !strings.HasSuffix(ld.Ledger[0].Message, "…)") {
+		t.Fatalf("ledger message of %d bytes: %.80q", len(ld.Ledger[0].Message), ld.Ledger[0].Message)
+	}
+}
