@@ -279,7 +279,15 @@ func (a *Agent) Reconcile(ctx context.Context) error {
 		return err
 	}
 	if a.Collector != nil && a.collectable() {
-		got, err := a.Collector.Sweep(ctx, a.IsWriter)
+		c := a.Collector
+		if profile == nil {
+			// No profile selects the node: nothing will reuse its runtimes, so unused ones
+			// go without waiting for the grace (cleanup and uninstall wait for this).
+			now := *a.Collector
+			now.Grace = 0
+			c = &now
+		}
+		got, err := c.Sweep(ctx, a.IsWriter)
 		if err != nil {
 			a.logf("garbage collection: %v", err)
 		} else if len(got.Generations)+len(got.Layers) > 0 {

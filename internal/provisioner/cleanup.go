@@ -96,7 +96,11 @@ func (a *Agent) cleanupHost(ctx context.Context) error {
 	}
 	a.host.prepared = false
 	a.Host = &brewletv1.NodeCleanup{Message: notes}
-	if wait == "" && a.holdsState() {
+	if wait != "" {
+		a.setCleanupMessage(strings.TrimPrefix(notes+"; ", "; ") + "cleanup waits for " + wait)
+		return nil
+	}
+	if a.holdsState() {
 		// Nothing of Brewlet's is in use or installed: its own directories go too, so the
 		// node is as it was before Brewlet.
 		if err := a.mayWrite(); err != nil {

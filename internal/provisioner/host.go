@@ -70,13 +70,14 @@ func (h *HostChanges) installShim(rec *hoststate.HostRecord) error {
 	}
 	dst := filepath.Join(h.ShimDir, vocab.ShimBinaryName)
 	if rec.Shim == nil || rec.Shim.Path != dst {
-		have, err := os.ReadFile(dst)
+		_, err := os.Lstat(dst)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
-		// A shim that was there before Brewlet first installed one belongs to the node
-		// image: cleanup leaves it.
-		rec.Shim = &hoststate.FileChange{Path: dst, Existed: err == nil && !bytes.Equal(have, want)}
+		// A shim that was there before Brewlet first recorded one belongs to someone else
+		// (the node image, or an agent that kept no record): cleanup leaves it, and says so
+		// only if it was replaced meanwhile.
+		rec.Shim = &hoststate.FileChange{Path: dst, Existed: err == nil}
 		if err := h.Layout.WriteHostRecord(*rec); err != nil {
 			return fmt.Errorf("record the change first: %w", err)
 		}

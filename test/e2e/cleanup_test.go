@@ -65,7 +65,8 @@ func TestAgentCleansTheNodeOnProfileDeletion(t *testing.T) {
 		Health: func(ctx context.Context) error { return handlerListed(ctx, n) }}
 	agent := &provisioner.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 2 * time.Minute, Log: t.Logf,
 		Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}},
-		Collector: &provisioner.Collector{Layout: host, MountInfo: "/proc/self/mountinfo"},
+		// A long grace: a node no profile selects removes unused runtimes without it.
+		Collector: &provisioner.Collector{Layout: host, Grace: time.Hour, MountInfo: "/proc/self/mountinfo"},
 		Tasks:     &provisioner.ContainerdTasks{Socket: n.Socket},
 		HostSetup: &provisioner.HostChanges{Layout: host, Containerd: cd,
 			ShimSource: filepath.Join(n.BinDir, vocab.ShimBinaryName), ShimDir: shimDir},

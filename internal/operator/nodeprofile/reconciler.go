@@ -80,31 +80,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 func (r *Reconciler) read(ctx context.Context, p *brewletv1.NodeProfile) (Input, error) {
 	in := Input{Profile: p, Images: map[string]*brewletv1.RuntimeImage{}, Runtimes: map[string]*brewletv1.NodeRuntime{}, Now: r.now()}
 	var profiles brewletv1.NodeProfileList
-	if err := r.Client.List(ctx, &profiles); err != nil {
+	if err := r.Client.List(ctx, &profiles, client.UnsafeDisableDeepCopy); err != nil {
 		return in, fmt.Errorf("list NodeProfiles: %w", err)
 	}
 	in.Profiles = profiles.Items
 	var nodes corev1.NodeList
-	if err := r.Client.List(ctx, &nodes); err != nil {
+	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return in, fmt.Errorf("list Nodes: %w", err)
 	}
 	in.Nodes = nodes.Items
 	var ris brewletv1.RuntimeImageList
-	if err := r.Client.List(ctx, &ris); err != nil {
+	if err := r.Client.List(ctx, &ris, client.UnsafeDisableDeepCopy); err != nil {
 		return in, fmt.Errorf("list RuntimeImages: %w", err)
 	}
 	for i := range ris.Items {
 		in.Images[ris.Items[i].Name] = &ris.Items[i]
 	}
 	var nrts brewletv1.NodeRuntimeList
-	if err := r.Client.List(ctx, &nrts); err != nil {
+	if err := r.Client.List(ctx, &nrts, client.UnsafeDisableDeepCopy); err != nil {
 		return in, fmt.Errorf("list NodeRuntimes: %w", err)
 	}
 	for i := range nrts.Items {
 		in.Runtimes[nrts.Items[i].Name] = &nrts.Items[i]
 	}
 	var evidence brewletv1.NodeRetirementEvidenceList
-	if err := r.Client.List(ctx, &evidence); err != nil {
+	if err := r.Client.List(ctx, &evidence, client.UnsafeDisableDeepCopy); err != nil {
 		return in, fmt.Errorf("list NodeRetirementEvidences: %w", err)
 	}
 	in.Accepted = map[string]bool{}

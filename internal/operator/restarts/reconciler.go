@@ -54,7 +54,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	reports := &brewletv1.NodeRuntimeList{}
-	if err := r.Client.List(ctx, reports, client.MatchingFields{runtimeimage.IndexRuntimeID: t.ID}); err != nil {
+	if err := r.Client.List(ctx, reports, client.MatchingFields{runtimeimage.IndexRuntimeID: t.ID}, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, err
 	}
 	beats, err := runtimeimage.ReadHeartbeats(ctx, r.Client, r.AgentNamespace)
@@ -162,7 +162,7 @@ func (r *Reconciler) record(ctx context.Context, ri *brewletv1.RuntimeImage, rec
 // the operator's.
 func (r *Reconciler) inFlightElsewhere(ctx context.Context, id string) (int, error) {
 	var ris brewletv1.RuntimeImageList
-	if err := r.Client.List(ctx, &ris); err != nil {
+	if err := r.Client.List(ctx, &ris, client.UnsafeDisableDeepCopy); err != nil {
 		return 0, err
 	}
 	n := 0
@@ -227,7 +227,7 @@ func newObject(kind string) (client.Object, error) {
 func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, error) {
 	var out []Workload
 	var deps appsv1.DeploymentList
-	if err := r.Client.List(ctx, &deps); err != nil {
+	if err := r.Client.List(ctx, &deps, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	for i := range deps.Items {
@@ -246,7 +246,7 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 		out = append(out, w)
 	}
 	var sets appsv1.StatefulSetList
-	if err := r.Client.List(ctx, &sets); err != nil {
+	if err := r.Client.List(ctx, &sets, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	for i := range sets.Items {
@@ -268,7 +268,7 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 		out = append(out, w)
 	}
 	var dss appsv1.DaemonSetList
-	if err := r.Client.List(ctx, &dss); err != nil {
+	if err := r.Client.List(ctx, &dss, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	for i := range dss.Items {
@@ -300,7 +300,7 @@ func (r *Reconciler) pods(ctx context.Context, w *Workload, selector *metav1.Lab
 		return nil // an unusable selector selects nothing (the API server refuses such workloads)
 	}
 	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(w.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := r.Client.List(ctx, pods, client.InNamespace(w.Namespace), client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
 		return err
 	}
 	for _, p := range pods.Items {

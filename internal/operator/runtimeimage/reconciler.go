@@ -94,7 +94,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // hold.
 func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) error {
 	reports := &brewletv1.NodeRuntimeList{}
-	if err := r.Client.List(ctx, reports, client.MatchingFields{IndexRuntimeID: ri.Name}); err != nil {
+	if err := r.Client.List(ctx, reports, client.MatchingFields{IndexRuntimeID: ri.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list NodeRuntimes reporting %s: %w", ri.Name, err)
 	}
 	budget, err := r.failureBudget(ctx, ri.Name)
@@ -151,7 +151,7 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) error
 // one pool stops it.
 func (r *Reconciler) failureBudget(ctx context.Context, id string) (int, error) {
 	var ps brewletv1.NodeProfileList
-	if err := r.Client.List(ctx, &ps); err != nil {
+	if err := r.Client.List(ctx, &ps, client.UnsafeDisableDeepCopy); err != nil {
 		return 0, fmt.Errorf("list NodeProfiles: %w", err)
 	}
 	budget := -1
@@ -185,7 +185,7 @@ func ReadHeartbeats(ctx context.Context, c client.Reader, namespace string) (Hea
 		return out, nil
 	}
 	var leases coordinationv1.LeaseList
-	if err := c.List(ctx, &leases, client.InNamespace(namespace)); err != nil {
+	if err := c.List(ctx, &leases, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list agent Leases in %s: %w", namespace, err)
 	}
 	for _, l := range leases.Items {
