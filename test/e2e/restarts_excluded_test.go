@@ -41,17 +41,7 @@ func TestRotationRestartsAroundAnExcludedNode(t *testing.T) {
 		d.Spec.Template.Spec.NodeName = node
 		must(t, c.Create(ctx, d))
 	}
-	eventually(t, 2*time.Minute, "every pod running", func() (bool, string) {
-		pods := &corev1.PodList{}
-		must(t, c.List(ctx, pods, client.InNamespace(restartNS)))
-		running := 0
-		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		return running == 4, fmt.Sprintf("%d of 4 pods running", running)
-	})
+	w.waitRunning(t, 4)
 	w.report(t, 1, string(epoch))
 
 	cur := getRI(t, c, "python")

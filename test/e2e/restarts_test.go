@@ -114,6 +114,22 @@ func (w *restartWorld) reportEntries(t *testing.T, entry func(node string) brewl
 	}
 }
 
+// waitRunning waits until kwok runs n pods in the test namespace.
+func (w *restartWorld) waitRunning(t *testing.T, n int) {
+	t.Helper()
+	eventually(t, 2*time.Minute, "every pod running", func() (bool, string) {
+		pods := &corev1.PodList{}
+		must(t, w.cp.Client.List(context.Background(), pods, client.InNamespace(restartNS)))
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running == n, fmt.Sprintf("%d of %d pods running", running, n)
+	})
+}
+
 func (w *restartWorld) heartbeat(t *testing.T, node string) {
 	t.Helper()
 	ctx, c := context.Background(), w.cp.Client
@@ -192,17 +208,7 @@ func TestRotationRestarts(t *testing.T) {
 	for _, o := range []client.Object{restartDeployment("web-a", true), restartDeployment("web-b", true), restartDeployment("bystander", false), paused, ondelete} {
 		must(t, c.Create(ctx, o))
 	}
-	eventually(t, 2*time.Minute, "every pod running", func() (bool, string) {
-		pods := &corev1.PodList{}
-		must(t, c.List(ctx, pods, client.InNamespace(restartNS)))
-		running := 0
-		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		return running == 9, fmt.Sprintf("%d of 9 pods running", running)
-	})
+	w.waitRunning(t, 9)
 	pausePatch := client.MergeFrom(paused.DeepCopy())
 	paused.Spec.Paused = true
 	must(t, c.Patch(ctx, paused, pausePatch))
