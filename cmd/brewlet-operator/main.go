@@ -25,6 +25,7 @@ func main() {
 	o := operator.Options{}
 	flag.StringVar(&o.MetricsAddress, "metrics-address", ":8080", "serve Prometheus /metrics here (0: off)")
 	flag.StringVar(&o.ProbeAddress, "health-probe-address", ":8081", "serve /healthz and /readyz here (0: off)")
+	flag.StringVar(&o.PprofAddress, "pprof-address", "", "serve Go's /debug/pprof here, e.g. 127.0.0.1:6060 (default: off)")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", true, "run controllers only while holding the leader Lease")
 	flag.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", envOr("POD_NAMESPACE", "brewlet-system"), "namespace of the leader Lease")
 	flag.StringVar(&o.LeaderElectionID, "leader-election-id", operator.DefaultLeaderElectionID, "name of the leader Lease")

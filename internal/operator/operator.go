@@ -41,6 +41,9 @@ type Options struct {
 	MetricsAddress string
 	// ProbeAddress serves /healthz and /readyz ("" or "0" turns them off).
 	ProbeAddress string
+	// PprofAddress serves Go's /debug/pprof ("" or "0": off, the default): for profiling
+	// a large fleet's operator; bind it to loopback.
+	PprofAddress string
 	// LeaderElection lets only one replica reconcile at a time. Correctness does not rest
 	// on it (every write is conditional on the resourceVersion it was decided from); it
 	// keeps replicas from doing the same work twice.
@@ -90,6 +93,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (manager.Manager, err
 		Logger:                  o.Logger,
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddress},
 		HealthProbeBindAddress:  o.ProbeAddress,
+		PprofBindAddress:        o.PprofAddress,
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
 		LeaderElectionID:        o.LeaderElectionID,
@@ -149,7 +153,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (manager.Manager, err
 	if err := runtimeimage.Setup(ctx, mgr, o.SkipNameValidation, agentNS); err != nil {
 		return nil, fmt.Errorf("RuntimeImage controller: %w", err)
 	}
-	if err := restarts.Setup(mgr, o.RotationRestarts, agentNS, o.SkipNameValidation); err != nil {
+	if err := restarts.Setup(ctx, mgr, o.RotationRestarts, agentNS, o.SkipNameValidation); err != nil {
 		return nil, fmt.Errorf("rotation restarts: %w", err)
 	}
 	if err := nodeprofile.Setup(ctx, mgr, o.SkipNameValidation); err != nil {

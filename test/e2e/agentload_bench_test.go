@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -258,33 +255,20 @@ func apiserverCounters(t *testing.T, cp *framework.ControlPlane) map[string]floa
 	t.Helper()
 	raw, err := kubernetes.NewForConfigOrDie(cp.Config).RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	must(t, err)
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(string(raw)))
-	must(t, err)
 	out := map[string]float64{}
-	each := func(name string, f func(m *dto.Metric, labels map[string]string)) {
-		fam := fams[name]
-		if fam == nil {
-			t.Fatalf("kube-apiserver has no metric %s", name)
+	for _, s := range scrape(t, string(raw), "apiserver_request_total", "apiserver_response_sizes_sum", "apiserver_watch_events_sizes_sum") {
+		l := s.labels
+		if !agentResources[l["resource"]] {
+			continue
 		}
-		for _, m := range fam.Metric {
-			labels := map[string]string{}
-			for _, l := range m.Label {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if agentResources[labels["resource"]] {
-				f(m, labels)
-			}
+		switch s.metric {
+		case "apiserver_request_total":
+			out["requests/"+l["verb"]+" "+l["resource"]] += s.value
+		case "apiserver_response_sizes_sum":
+			out["response/"+l["verb"]+" "+l["resource"]] += s.value
+		case "apiserver_watch_events_sizes_sum":
+			out["watch/"+l["resource"]] += s.value
 		}
 	}
-	each("apiserver_request_total", func(m *dto.Metric, l map[string]string) {
-		out["requests/"+l["verb"]+" "+l["resource"]] += m.GetCounter().GetValue()
-	})
-	each("apiserver_response_sizes", func(m *dto.Metric, l map[string]string) {
-		out["response/"+l["verb"]+" "+l["resource"]] += m.GetHistogram().GetSampleSum()
-	})
-	each("apiserver_watch_events_sizes", func(m *dto.Metric, l map[string]string) {
-		out["watch/"+l["resource"]] += m.GetHistogram().GetSampleSum()
-	})
 	return out
 }

@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -361,46 +360,10 @@ func (b *fleetBench) snapshot() fleetSnap {
 	}
 	opBody, err := httpGet("http://" + b.op.metrics + "/metrics")
 	must(b.t, err)
-	return fleetSnap{at: time.Now(), api: scrape(string(body), "apiserver_request_total"),
-		op: scrape(opBody, "controller_runtime_reconcile_total",
+	return fleetSnap{at: time.Now(), api: scrape(b.t, string(body), "apiserver_request_total"),
+		op: scrape(b.t, opBody, "controller_runtime_reconcile_total",
 			"controller_runtime_reconcile_time_seconds_sum", "controller_runtime_reconcile_time_seconds_count"),
 		cpu: procCPU(b.pid), leases: b.agents.leaseWrites.Load(), status: b.agents.statusWrites.Load()}
-}
-
-type promSample struct {
-	metric string
-	labels map[string]string
-	value  float64
-}
-
-type promSamples []promSample
-
-var promLabel = regexp.MustCompile(`(\w+)="((?:[^"\\]|\\.)*)"`)
-
-// scrape reads the samples of the named metrics from a Prometheus text exposition.
-func scrape(body string, metrics ...string) promSamples {
-	var out promSamples
-	for _, line := range strings.Split(body, "\n") {
-		name, rest, _ := strings.Cut(line, "{")
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			name, value, _ = strings.Cut(line, " ")
-			labels = ""
-		}
-		if !slices.Contains(metrics, name) {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.Fields(value + " 0")[0], 64)
-		if err != nil {
-			continue
-		}
-		s := promSample{metric: name, labels: map[string]string{}, value: v}
-		for _, m := range promLabel.FindAllStringSubmatch(labels, -1) {
-			s.labels[m[1]] = m[2]
-		}
-		out = append(out, s)
-	}
-	return out
 }
 
 const fleetWriteVerbs = "POST|PUT|PATCH|DELETE|APPLY"

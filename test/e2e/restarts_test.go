@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -320,6 +323,16 @@ func TestRotationRestarts(t *testing.T) {
 	}
 	if table, _, _ := brewlet(t, cli, "status", "--kubeconfig", w.cp.Kubeconfig); !strings.Contains(table, "2 Succeeded · 1 Deferred · 1 NotApplicable") || !strings.Contains(table, "bystander-") {
 		t.Errorf("brewlet status table:\n%s", table)
+	}
+	// The same binary installed as the kubectl plugin: kubectl finds kubectl-brewlet on PATH.
+	plugins := t.TempDir()
+	if err := os.Symlink(cli, filepath.Join(plugins, "kubectl-brewlet")); err != nil {
+		t.Fatal(err)
+	}
+	plugin := exec.Command(framework.Tool(t, "kubectl"), "brewlet", "status", "python", "--kubeconfig", w.cp.Kubeconfig)
+	plugin.Env = append(os.Environ(), "PATH="+plugins+":"+os.Getenv("PATH"))
+	if got, err := plugin.CombinedOutput(); err != nil || !strings.Contains(string(got), "2 Succeeded · 1 Deferred · 1 NotApplicable") {
+		t.Errorf("kubectl brewlet status python: %v\n%s", err, got)
 	}
 	evs, _ := w.cp.Kubectl(t, "-n", restartNS, "get", "events", "--field-selector", "reason=RotationRestart", "-o", "name")
 	if strings.Count(evs, "\n") < 2 {

@@ -225,6 +225,10 @@ func newObject(kind string) (client.Object, error) {
 // workloads lists the opted-in Deployments, StatefulSets and DaemonSets whose pods run
 // runtime id, with their pods (from the cache, stripped by StripPod).
 func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, error) {
+	pods, err := listPods(ctx, r.Client, id)
+	if err != nil {
+		return nil, err
+	}
 	var out []Workload
 	var deps appsv1.DeploymentList
 	if err := r.Client.List(ctx, &deps, client.UnsafeDisableDeepCopy); err != nil {
@@ -240,9 +244,7 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 		if d.Spec.Paused {
 			w.Deferred = "the Deployment is paused: resume it to let the restart roll out"
 		}
-		if err := r.pods(ctx, &w, d.Spec.Selector, id); err != nil {
-			return nil, err
-		}
+		w.Pods = podsOf(pods.selected(w.Namespace, d.Spec.Selector))
 		out = append(out, w)
 	}
 	var sets appsv1.StatefulSetList
@@ -262,9 +264,7 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 		case u.RollingUpdate != nil && u.RollingUpdate.Partition != nil && *u.RollingUpdate.Partition > 0:
 			w.Deferred = fmt.Sprintf("the StatefulSet is partitioned at %d: pods below it would keep the old generation; lower the partition to let the restart roll out", *u.RollingUpdate.Partition)
 		}
-		if err := r.pods(ctx, &w, s.Spec.Selector, id); err != nil {
-			return nil, err
-		}
+		w.Pods = podsOf(pods.selected(w.Namespace, s.Spec.Selector))
 		out = append(out, w)
 	}
 	var dss appsv1.DaemonSetList
@@ -279,9 +279,7 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 		w := Workload{Kind: "DaemonSet", Namespace: d.Namespace, Name: d.Name,
 			Barrier: d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration], RolledOut: daemonSetRolledOut(d),
 			NotApplicable: d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType}
-		if err := r.pods(ctx, &w, d.Spec.Selector, id); err != nil {
-			return nil, err
-		}
+		w.Pods = podsOf(pods.selected(w.Namespace, d.Spec.Selector))
 		out = append(out, w)
 	}
 	return out, nil
@@ -292,24 +290,13 @@ func uses(obj, template metav1.ObjectMeta, id string) bool {
 	return obj.Annotations[vocab.AnnotationRestartOnRotation] == "true" && template.Annotations[vocab.AnnotationRuntimeImage] == id
 }
 
-// pods fills in the workload's pods that run id (from the cache, stripped to what this
-// needs; see StripPod).
-func (r *Reconciler) pods(ctx context.Context, w *Workload, selector *metav1.LabelSelector, id string) error {
-	sel, err := metav1.LabelSelectorAsSelector(selector)
-	if err != nil || sel.Empty() {
-		return nil // an unusable selector selects nothing (the API server refuses such workloads)
+// podsOf is what Decide reads of the workload's pods.
+func podsOf(pods []*corev1.Pod) []Pod {
+	out := make([]Pod, 0, len(pods))
+	for _, p := range pods {
+		out = append(out, Pod{Name: p.Name, UID: p.UID, Node: p.Spec.NodeName, Created: p.CreationTimestamp.Time})
 	}
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(w.Namespace), client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
-		return err
-	}
-	for _, p := range pods.Items {
-		if p.Annotations[vocab.AnnotationRuntimeImage] != id || p.DeletionTimestamp != nil {
-			continue
-		}
-		w.Pods = append(w.Pods, Pod{Name: p.Name, UID: p.UID, Node: p.Spec.NodeName, Created: p.CreationTimestamp.Time})
-	}
-	return nil
+	return out
 }
 
 // StripPod is the pod cache's transform: rotation restarts read a pod's metadata and node

@@ -33,9 +33,12 @@ type Options struct {
 
 // Setup registers the controller. Workloads and pods (stripped by StripPod) are read through the
 // manager's informers; a workload, pod or node report wakes the RuntimeImage it runs on.
-func Setup(mgr manager.Manager, o Options, agentNamespace string, skipNameValidation bool) error {
+func Setup(ctx context.Context, mgr manager.Manager, o Options, agentNamespace string, skipNameValidation bool) error {
 	if !o.Enabled {
 		return nil
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, IndexPodRuntimeID, PodRuntimeID); err != nil {
+		return err
 	}
 	p := Policy{MaxConcurrent: o.MaxConcurrent, ProgressDeadline: o.ProgressDeadline}
 	if p.MaxConcurrent <= 0 {
@@ -63,12 +66,13 @@ func Setup(mgr manager.Manager, o Options, agentNamespace string, skipNameValida
 	})
 	return builder.ControllerManagedBy(mgr).
 		Named(ControllerName).
-		For(&brewletv1.RuntimeImage{}).
-		Watches(&brewletv1.NodeRuntime{}, handler.EnqueueRequestsFromMapFunc(runtimeimage.Requests)).
-		Watches(&appsv1.Deployment{}, byTemplate).
-		Watches(&appsv1.StatefulSet{}, byTemplate).
-		Watches(&appsv1.DaemonSet{}, byTemplate).
-		Watches(&corev1.Pod{}, byPod).
+		For(&brewletv1.RuntimeImage{}, builder.WithPredicates(targetChanged)).
+		Watches(&brewletv1.RuntimeImage{}, slotFreed(mgr.GetClient())).
+		Watches(&brewletv1.NodeRuntime{}, handler.EnqueueRequestsFromMapFunc(runtimeimage.Requests), builder.WithPredicates(reportChanged)).
+		Watches(&appsv1.Deployment{}, byTemplate, builder.WithPredicates(workloadChanged)).
+		Watches(&appsv1.StatefulSet{}, byTemplate, builder.WithPredicates(workloadChanged)).
+		Watches(&appsv1.DaemonSet{}, byTemplate, builder.WithPredicates(workloadChanged)).
+		Watches(&corev1.Pod{}, byPod, builder.WithPredicates(podChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: &skipNameValidation}).
 		Complete(r)
 }

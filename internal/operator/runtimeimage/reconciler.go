@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -31,6 +32,10 @@ const IndexRuntimeID = "status.runtimes.id"
 // optimistic-concurrency race before it hands the request back to the rate-limited queue.
 const conflictAttempts = 5
 
+// cacheBehindRetry is when a pass skipped for a cache behind our own write looks again if
+// no watch event has brought it back before.
+const cacheBehindRetry = 2 * time.Second
+
 // Reconciler is the thin RuntimeImage reconciler: read, Decide, write.
 type Reconciler struct {
 	// Client reads from the informer cache and writes to the API server.
@@ -49,6 +54,37 @@ type Reconciler struct {
 	// StaleAfter is how long a node's heartbeat may be old before its report is shown as
 	// not current (0: DefaultStaleAfter).
 	StaleAfter time.Duration
+
+	// overwritten holds, per RuntimeImage, the resourceVersion its last write by this
+	// reconciler replaced. While the cache still shows that version, a pass would decide
+	// from what was just overwritten and its write could only conflict; the write's own
+	// watch event wakes the pass again once the cache has it.
+	overwritten sync.Map
+}
+
+// cacheBehind says whether ri (from the cache) is the version this reconciler's last
+// write replaced, and forgets the mark once the cache has moved past it.
+func (r *Reconciler) cacheBehind(ri *brewletv1.RuntimeImage) bool {
+	from, ok := r.overwritten.Load(ri.Name)
+	if !ok {
+		return false
+	}
+	if from == ri.ResourceVersion {
+		return true
+	}
+	r.overwritten.Delete(ri.Name)
+	return false
+}
+
+// write sends one write (update or status update) and, when it lands, marks the version
+// it replaced.
+func (r *Reconciler) write(ri *brewletv1.RuntimeImage, do func() error) error {
+	from := ri.ResourceVersion
+	if err := do(); err != nil {
+		return err
+	}
+	r.overwritten.Store(ri.Name, from)
+	return nil
 }
 
 // DefaultStaleAfter: an agent renews its Lease every few seconds (a fifth of its lease
@@ -64,8 +100,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.Get(ctx, req.NamespacedName, ri); err != nil {
 		if apierrors.IsNotFound(err) {
 			forget(req.Name)
+			r.overwritten.Delete(req.Name)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.cacheBehind(ri) {
+		// The update event of our own write brings the pass back; the delay only covers a
+		// watch that never delivers it.
+		return reconcile.Result{RequeueAfter: cacheBehindRetry}, nil
 	}
 	for attempt := 1; ; attempt++ {
 		err := r.pass(ctx, ri)
@@ -109,13 +151,13 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) error
 	d := Decide(ri, reports.Items, budget, func(node string) bool { return beats.Fresh(node, now.Time, r.staleAfter()) }, now)
 	if d.AddFinalizer {
 		controllerutil.AddFinalizer(ri, vocab.FinalizerRevocation)
-		if err := r.Client.Update(ctx, ri); err != nil {
+		if err := r.write(ri, func() error { return r.Client.Update(ctx, ri) }); err != nil {
 			return err
 		}
 	}
 	if !equality.Semantic.DeepEqual(ri.Status, d.Status) {
 		ri.Status = d.Status
-		if err := r.Client.Status().Update(ctx, ri); err != nil {
+		if err := r.write(ri, func() error { return r.Client.Status().Update(ctx, ri) }); err != nil {
 			return err
 		}
 		for _, e := range d.Events {
