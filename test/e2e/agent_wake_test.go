@@ -53,16 +53,12 @@ func TestAgentWakesOnChanges(t *testing.T) {
 	// Well within the first period: the first pass installs, the finished install wakes it.
 	waitFor(t, 60*time.Second, "generation 1 installed", func() bool { return current() == 1 })
 
-	ri := &brewletv1.RuntimeImage{}
-	e.must(e.c.Get(ctx, client.ObjectKey{Name: pyID}, ri))
-	ri.Spec.Source.Image = e.refs["python2"]
-	e.must(e.c.Update(ctx, ri))
+	// The operator writes the RuntimeImage too: read-modify-write with conflict retries.
+	updateRI(t, e.c, pyID, func(ri *brewletv1.RuntimeImage) { ri.Spec.Source.Image = e.refs["python2"] })
 	// Far less than a period: only the NodeRuntime spec change can have woken it.
 	waitFor(t, 60*time.Second, "generation 2 installed after the rotation", func() bool { return current() == 2 })
 
-	e.must(e.c.Get(ctx, client.ObjectKey{Name: pyID}, ri))
-	ri.Spec.Revoked = true
-	e.must(e.c.Update(ctx, ri))
+	updateRI(t, e.c, pyID, func(ri *brewletv1.RuntimeImage) { ri.Spec.Revoked = true })
 	waitFor(t, 30*time.Second, "the authorization revoked", func() bool {
 		a, err := host.ReadAuthorization(pyID)
 		return err == nil && a.Revoked
