@@ -532,17 +532,19 @@ func chartWantRestartRules(t *testing.T, role string, rules []rbacv1.PolicyRule)
 // config/policy with the operator's service account of namespace ns, and its binding.
 func chartCheckRestartPolicy(t *testing.T, rc chartObjects, ns string) {
 	t.Helper()
-	wantVAP, wantBinding := chartPolicyFromConfig(t, "operator-restarts.yaml", chartRestartsName)
-	wantVAP.Spec.MatchConditions[0].Expression = "request.userInfo.username == 'system:serviceaccount:" + ns + ":brewlet-operator'"
-	vap := &admissionregistrationv1.ValidatingAdmissionPolicy{}
-	rc.decode(t, "ValidatingAdmissionPolicy", chartRestartsName, vap)
-	if !equality.Semantic.DeepEqual(vap.Spec, wantVAP.Spec) {
-		t.Errorf("chart's restarts policy differs from config/policy/operator-restarts.yaml:\n got %+v\nwant %+v", vap.Spec, wantVAP.Spec)
-	}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-	rc.decode(t, "ValidatingAdmissionPolicyBinding", chartRestartsName, binding)
-	if !equality.Semantic.DeepEqual(binding.Spec, wantBinding.Spec) {
-		t.Errorf("restarts policy binding %+v, want %+v", binding.Spec, wantBinding.Spec)
+	for _, name := range []string{chartRestartsName, chartRestartsName + "-barrier"} {
+		wantVAP, wantBinding := chartPolicyFromConfig(t, "operator-restarts.yaml", name)
+		wantVAP.Spec.MatchConditions[0].Expression = "request.userInfo.username == 'system:serviceaccount:" + ns + ":brewlet-operator'"
+		vap := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		rc.decode(t, "ValidatingAdmissionPolicy", name, vap)
+		if !equality.Semantic.DeepEqual(vap.Spec, wantVAP.Spec) {
+			t.Errorf("chart's policy %s differs from config/policy/operator-restarts.yaml:\n got %+v\nwant %+v", name, vap.Spec, wantVAP.Spec)
+		}
+		binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+		rc.decode(t, "ValidatingAdmissionPolicyBinding", name, binding)
+		if !equality.Semantic.DeepEqual(binding.Spec, wantBinding.Spec) {
+			t.Errorf("policy binding %s %+v, want %+v", name, binding.Spec, wantBinding.Spec)
+		}
 	}
 }
 
@@ -907,7 +909,7 @@ func TestChartTemplate(t *testing.T) {
 			t.Errorf("rights on workloads or pods without rotation restarts: %v", rights)
 		}
 		for _, kind := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-			if rc.has(kind, chartRestartsName) {
+			if rc.has(kind, chartRestartsName) || rc.has(kind, chartRestartsName+"-barrier") {
 				t.Errorf("%s %s rendered with rotation restarts off", kind, chartRestartsName)
 			}
 		}

@@ -29,7 +29,7 @@ import (
 // operator.rotationRestarts.namespaces, only in those namespaces.
 func TestOperatorRestartPolicy(t *testing.T) {
 	framework.Tool(t, "helm")
-	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{SkipCRDs: true})
+	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{})
 	ctx, admin := context.Background(), cp.Client
 	const apps = "apps-under-test"
 	protected := []string{"kube-system", "kube-public", "kube-node-lease"}
@@ -38,6 +38,14 @@ func TestOperatorRestartPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+
+	// The RuntimeImage the workloads run: the policy reads every RuntimeImage (its
+	// parameters) to judge a barrier's epoch and generation.
+	ri := runtimeImage("python", "registry.example/python@"+goodDigest)
+	rpMust(t, admin.Create(ctx, ri))
+	ri.Status.Epoch, ri.Status.Generation, ri.Status.Digest, ri.Status.ObservedGeneration = ri.UID, rpReached, goodDigest, ri.Generation
+	rpMust(t, admin.Status().Update(ctx, ri))
+	barrier := func(generation int) string { return rpBarrier(ri.UID, generation) }
 
 	// The chart rendered against this API server (--validate: the capabilities come from its
 	// discovery, which announces the ValidatingAdmissionPolicy kind the chart requires), its
@@ -69,6 +77,15 @@ func TestOperatorRestartPolicy(t *testing.T) {
 		return rpPatch(ctx, op, rpRef("Deployment", apps, "probe"), types.MergePatchType, fmt.Sprintf(`{"metadata":{"labels":{"probe":"%d"}}}`, n))
 	})
 
+	// The policy reads its parameters from an informer of the API server's own: wait until
+	// it has the RuntimeImage (a barrier it has reached is allowed).
+	probe := 0
+	eventually(t, 30*time.Second, "the policy knowing the RuntimeImage", func() (bool, string) {
+		probe++
+		err := rpPatch(ctx, op, rpRef("Deployment", apps, "probe"), types.MergePatchType, rpBarrierPatch(barrier(probe)))
+		return err == nil, fmt.Sprint(err)
+	})
+
 	deny := func(what string, err error, want string) {
 		t.Helper()
 		switch {
@@ -91,21 +108,21 @@ func TestOperatorRestartPolicy(t *testing.T) {
 	t.Run("the barrier on opted-in workloads is allowed", func(t *testing.T) {
 		// Exactly the operator's patch (internal/operator/restarts), then a strategic merge
 		// patch and an update with a newer barrier.
-		allow("merge patch of the barrier", rpPatch(ctx, op, webRef, merge, rpBarrierPatch(rpBarrier(1))))
-		allow("strategic merge patch of the barrier", rpPatch(ctx, op, webRef, strategic, rpBarrierPatch(rpBarrier(2))))
+		allow("merge patch of the barrier", rpPatch(ctx, op, webRef, merge, rpBarrierPatch(barrier(1))))
+		allow("strategic merge patch of the barrier", rpPatch(ctx, op, webRef, strategic, rpBarrierPatch(barrier(2))))
 		d := &appsv1.Deployment{}
 		rpMust(t, op.Get(ctx, client.ObjectKeyFromObject(web), d))
-		d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration] = rpBarrier(3)
+		d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration] = barrier(3)
 		allow("update of the barrier", op.Update(ctx, d))
 		rpMust(t, admin.Get(ctx, client.ObjectKeyFromObject(web), d))
-		if got := d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration]; got != rpBarrier(3) {
-			t.Errorf("barrier %q after the operator's writes, want %q", got, rpBarrier(3))
+		if got := d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration]; got != barrier(3) {
+			t.Errorf("barrier %q after the operator's writes, want %q", got, barrier(3))
 		}
-		allow("barrier of an opted-in StatefulSet", rpPatch(ctx, op, rpRef("StatefulSet", apps, "db"), merge, rpBarrierPatch(rpBarrier(1))))
+		allow("barrier of an opted-in StatefulSet", rpPatch(ctx, op, rpRef("StatefulSet", apps, "db"), merge, rpBarrierPatch(barrier(1))))
 		// Each template change of a DaemonSet also moves the API server's own template
 		// generation annotation: accepted, twice.
-		allow("barrier of an opted-in DaemonSet", rpPatch(ctx, op, rpRef("DaemonSet", apps, "agent"), merge, rpBarrierPatch(rpBarrier(1))))
-		allow("a newer barrier of the DaemonSet", rpPatch(ctx, op, rpRef("DaemonSet", apps, "agent"), merge, rpBarrierPatch(rpBarrier(2))))
+		allow("barrier of an opted-in DaemonSet", rpPatch(ctx, op, rpRef("DaemonSet", apps, "agent"), merge, rpBarrierPatch(barrier(1))))
+		allow("a newer barrier of the DaemonSet", rpPatch(ctx, op, rpRef("DaemonSet", apps, "agent"), merge, rpBarrierPatch(barrier(2))))
 	})
 
 	t.Run("every other change is denied", func(t *testing.T) {
@@ -143,7 +160,7 @@ func TestOperatorRestartPolicy(t *testing.T) {
 		}
 		// An update (PUT) with the barrier and one more change.
 		d := before.DeepCopy()
-		d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration] = rpBarrier(4)
+		d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration] = barrier(4)
 		d.Spec.Replicas = ptr.To[int32](5)
 		deny("the operator updating the barrier and replicas", op.Update(ctx, d), "also changes spec.replicas")
 		deny("the operator changing a StatefulSet's replicas", rpPatch(ctx, op, rpRef("StatefulSet", apps, "db"), merge, `{"spec":{"replicas":2}}`),
@@ -153,11 +170,11 @@ func TestOperatorRestartPolicy(t *testing.T) {
 			"of daemonsets "+apps+"/agent; this request also changes spec.template.spec")
 		// A workload that did not opt in, even for the barrier alone.
 		deny("the operator setting the barrier of a Deployment that did not opt in",
-			rpPatch(ctx, op, rpRef("Deployment", apps, "plain"), merge, rpBarrierPatch(rpBarrier(1))),
+			rpPatch(ctx, op, rpRef("Deployment", apps, "plain"), merge, rpBarrierPatch(barrier(1))),
 			"deployments "+apps+"/plain has not opted in to rotation restarts")
 		// The protected namespaces, even opted in and for the barrier alone.
 		for _, ns := range protected {
-			deny("the operator setting the barrier in "+ns, rpPatch(ctx, op, rpRef("Deployment", ns, "web"), merge, rpBarrierPatch(rpBarrier(1))),
+			deny("the operator setting the barrier in "+ns, rpPatch(ctx, op, rpRef("Deployment", ns, "web"), merge, rpBarrierPatch(barrier(1))),
 				"brewlet-operator never restarts workloads in the protected namespace "+ns)
 		}
 		after := &appsv1.Deployment{}
@@ -165,6 +182,24 @@ func TestOperatorRestartPolicy(t *testing.T) {
 		if after.ResourceVersion != before.ResourceVersion {
 			t.Errorf("a denied write changed the Deployment: resourceVersion %s → %s", before.ResourceVersion, after.ResourceVersion)
 		}
+	})
+
+	t.Run("only the operator's barrier for a generation the RuntimeImage reached is allowed", func(t *testing.T) {
+		shape := `only to {"id":"<the template's brewlet.sh/runtime-image, python>","epoch":"<that RuntimeImage's UID>","generation":N}, not `
+		reached := fmt.Sprintf("only to RuntimeImage python's epoch %s and a generation it has reached (%d), not ", ri.UID, rpReached)
+		for _, c := range []struct{ what, value, want string }{
+			{"a generation beyond the RuntimeImage's", barrier(rpReached + 1), reached},
+			{"another epoch", rpBarrier("0b8ef4cc-6a4c-4f3e-9d4e-2f5c6f0f7a11", 1), reached},
+			{"another runtime", fmt.Sprintf(`{"id":"node","epoch":"%s","generation":1}`, ri.UID), shape},
+			{"generation 0", barrier(0), shape},
+			{"another key order", fmt.Sprintf(`{"generation":1,"id":"python","epoch":"%s"}`, ri.UID), shape},
+			{"an extra field", strings.TrimSuffix(barrier(1), "}") + `,"x":1}`, shape},
+			{"not JSON", "x", shape + "x"},
+			{"a huge value", strings.Repeat("9", 100000), shape},
+		} {
+			deny("the operator setting a barrier with "+c.what, rpPatch(ctx, op, webRef, merge, rpBarrierPatch(c.value)), c.want)
+		}
+		allow("the barrier of the generation reached", rpPatch(ctx, op, webRef, merge, rpBarrierPatch(barrier(rpReached))))
 	})
 
 	t.Run("create, delete and subresources are denied even with RBAC for them", func(t *testing.T) {
@@ -208,9 +243,27 @@ func TestOperatorRestartPolicy(t *testing.T) {
 		allow("admin changing replicas and labels", rpPatch(ctx, admin, webRef, merge, `{"metadata":{"labels":{"team":"x"}},"spec":{"replicas":2}}`))
 		allow("admin removing the barrier", rpPatch(ctx, admin, webRef, merge,
 			`{"spec":{"template":{"metadata":{"annotations":{"`+vocab.AnnotationRotatedToGeneration+`":null}}}}}`))
-		allow("admin setting the barrier in kube-system", rpPatch(ctx, admin, rpRef("Deployment", "kube-system", "web"), merge, rpBarrierPatch(rpBarrier(1))))
+		allow("admin setting the barrier in kube-system", rpPatch(ctx, admin, rpRef("Deployment", "kube-system", "web"), merge, rpBarrierPatch(barrier(1))))
 		allow("admin creating a Deployment in kube-system", admin.Create(ctx, rpDeployment("kube-system", "admin", false)))
 		allow("admin deleting it", admin.Delete(ctx, rpRef("Deployment", "kube-system", "admin")))
+	})
+
+	t.Run("with no RuntimeImage left, nobody's workload writes are refused for it", func(t *testing.T) {
+		// The API server collects a policy's parameters before its matchConditions: a
+		// parameterised policy that denied without parameters would refuse every user's
+		// writes (helm uninstall deleting the operator's own Deployment after its hook
+		// deleted the RuntimeImages).
+		rpMust(t, admin.Delete(ctx, ri))
+		g := rpReached
+		eventually(t, 30*time.Second, "the policy seeing no RuntimeImage (a barrier beyond the deleted one's generation allowed)", func() (bool, string) {
+			g++
+			err := rpPatch(ctx, op, rpRef("Deployment", apps, "probe"), merge, rpBarrierPatch(barrier(g)))
+			return err == nil, fmt.Sprint(err)
+		})
+		allow("admin changing a label", rpPatch(ctx, admin, webRef, merge, `{"metadata":{"labels":{"after":"runtimes"}}}`))
+		allow("admin deleting a workload", admin.Delete(ctx, rpRef("Deployment", apps, "plain")))
+		deny("the operator changing a label", rpPatch(ctx, op, webRef, merge, `{"metadata":{"labels":{"after":"operator"}}}`), "also changes metadata.labels")
+		deny("the operator setting a malformed barrier", rpPatch(ctx, op, webRef, merge, rpBarrierPatch("x")), "only to {")
 	})
 
 	t.Run("namespaced: a Role per namespace, no cluster-wide right", func(t *testing.T) {
@@ -233,12 +286,12 @@ func TestOperatorRestartPolicy(t *testing.T) {
 		m := 10
 		waitDenied(t, "the operator setting the barrier in ns-b", `cannot patch resource "deployments" in API group "apps" in the namespace "ns-b"`, func() error {
 			m++
-			return rpPatch(ctx, op, rpRef("Deployment", "ns-b", "web"), merge, rpBarrierPatch(rpBarrier(m)))
+			return rpPatch(ctx, op, rpRef("Deployment", "ns-b", "web"), merge, rpBarrierPatch(barrier(m)))
 		})
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			m++
-			err := rpPatch(ctx, op, rpRef("Deployment", "ns-a", "web"), merge, rpBarrierPatch(rpBarrier(m)))
+			err := rpPatch(ctx, op, rpRef("Deployment", "ns-a", "web"), merge, rpBarrierPatch(barrier(m)))
 			if err == nil {
 				break
 			}
@@ -306,9 +359,13 @@ func rpMust(t *testing.T, err error) {
 }
 
 // rpBarrier is a barrier value as the operator writes it.
-func rpBarrier(generation int) string {
-	return fmt.Sprintf(`{"id":"python","epoch":"0b8ef4cc-6a4c-4f3e-9d4e-2f5c6f0f7a11","generation":%d}`, generation)
+func rpBarrier(epoch types.UID, generation int) string {
+	return fmt.Sprintf(`{"id":"python","epoch":"%s","generation":%d}`, epoch, generation)
 }
+
+// rpReached is the generation the test's RuntimeImage has reached: above every barrier the
+// test sets while it waits for RBAC and the policy to take effect.
+const rpReached = 1000
 
 // rpBarrierPatch is the operator's patch body setting the barrier to value.
 func rpBarrierPatch(value string) string {
