@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"brewlet.sh/brewlet/internal/operator"
+	"brewlet.sh/brewlet/internal/operator/runtimeimage"
 	"brewlet.sh/brewlet/internal/uninstall"
 )
 
@@ -43,11 +44,16 @@ func main() {
 		}
 		return nil
 	})
+	flag.DurationVar(&o.NodeStaleAfter, "node-stale-after", runtimeimage.DefaultStaleAfter, "a node whose agent has not renewed its Lease for this long (on this process's clock) is not reporting: its containers show current=false and its report proves nothing for restarts (at least 10s; agents renew theirs every 3s)")
 	flag.IntVar(&o.Admission.Port, "webhook-port", 9443, "serve pod admission (HTTPS) on this port (0: off)")
 	flag.StringVar(&o.Admission.Host, "webhook-host", "", "serve pod admission on this address (default: all)")
 	flag.StringVar(&o.Admission.CertDir, "webhook-cert-dir", "", "write the pod admission serving certificate here (default: <tmp>/k8s-webhook-server/serving-certs)")
 	flag.DurationVar(&o.Admission.ResyncInterval, "webhook-cert-resync", time.Minute, "check the serving certificate Secret and the webhook caBundle this often")
 	flag.Parse()
+	if o.NodeStaleAfter < 10*time.Second {
+		fmt.Fprintf(os.Stderr, "--node-stale-after=%s: at least 10s (agents renew their Lease every 3s; shorter marks live nodes as not reporting)\n", o.NodeStaleAfter)
+		os.Exit(2)
+	}
 	// The certificate Secret lives beside the Lease, in the operator's own namespace.
 	o.Admission.Namespace = o.LeaderElectionNamespace
 

@@ -29,6 +29,7 @@ func main() {
 	flag.StringVar(&o.ContainerdRestart, "containerd-restart", "validated", "validated: register the handler, restart containerd on change, roll back on failure; none: change nothing")
 	flag.StringVar(&o.ContainerdConfig, "containerd-config", "/etc/containerd/config.toml", "containerd's main config")
 	flag.StringVar(&o.ContainerdBinary, "containerd-binary", "containerd", "containerd binary, for 'config dump'")
+	flag.StringVar(&o.HostRoot, "host-root", "", "the node's root filesystem mounted into the agent (the chart's /host): containerd's binary and the restart command run chrooted into it (empty: in the agent's own filesystem)")
 	flag.StringVar(&o.ContainerdSocket, "containerd-socket", "/run/containerd/containerd.sock", "containerd's gRPC socket (CRI health check)")
 	flag.StringVar(&o.ContainerdRestartCommand, "containerd-restart-command", "systemctl restart containerd", "command that restarts containerd")
 	flag.StringVar(&o.ShimSource, "shim-source", "/usr/local/bin/containerd-shim-brewlet-v2", "shim binary shipped with the agent")

@@ -65,6 +65,9 @@ type Options struct {
 	// AgentNamespace is where the node agents keep their per-node Leases, read as the
 	// nodes' heartbeats ("": LeaderElectionNamespace, where the chart runs both).
 	AgentNamespace string
+	// NodeStaleAfter: a node whose agent has not renewed its Lease for this long (on the
+	// operator's clock) is not reporting (0: runtimeimage.DefaultStaleAfter).
+	NodeStaleAfter time.Duration
 	// RotationRestarts restarts opted-in workloads after a rotation (off by default).
 	RotationRestarts restarts.Options
 }
@@ -150,10 +153,16 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (manager.Manager, err
 	if err != nil {
 		return nil, fmt.Errorf("brewlet-operator manager: %w", err)
 	}
-	if err := runtimeimage.Setup(ctx, mgr, o.SkipNameValidation, agentNS); err != nil {
+	// One clock for both controllers: a node is fresh or stale for both alike.
+	beats := runtimeimage.NewHeartbeatClock(agentNS)
+	beats.StaleAfter = o.NodeStaleAfter
+	if err := beats.Start(ctx, mgr.GetCache()); err != nil {
+		return nil, fmt.Errorf("agent Lease informer: %w", err)
+	}
+	if err := runtimeimage.Setup(ctx, mgr, o.SkipNameValidation, beats); err != nil {
 		return nil, fmt.Errorf("RuntimeImage controller: %w", err)
 	}
-	if err := restarts.Setup(ctx, mgr, o.RotationRestarts, agentNS, o.SkipNameValidation); err != nil {
+	if err := restarts.Setup(ctx, mgr, o.RotationRestarts, beats, o.SkipNameValidation); err != nil {
 		return nil, fmt.Errorf("rotation restarts: %w", err)
 	}
 	if err := nodeprofile.Setup(ctx, mgr, o.SkipNameValidation); err != nil {

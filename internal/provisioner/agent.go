@@ -300,7 +300,13 @@ func (a *Agent) Reconcile(ctx context.Context) error {
 		if err := a.cleanupHost(ctx); err != nil {
 			return err
 		}
-		return a.publishStatus(ctx, node, nrt)
+		if err := a.publishStatus(ctx, node, nrt); err != nil {
+			return err
+		}
+		// The label goes in the same pass, right after the report: an uninstall deletes
+		// the DaemonSet once the hook saw it gone (the report first: on a node that left
+		// the pools, removing the label lets the DaemonSet take the agent away).
+		return a.publishLabels(ctx, node)
 	}
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -31,6 +30,7 @@ const dropInName = "99-brewlet.toml"
 type Containerd struct {
 	ConfigPath string                          // containerd's main config
 	Binary     string                          // containerd, for `config dump`
+	Host       HostExec                        // where Binary runs (the node's root in a pod)
 	Restart    func(ctx context.Context) error // systemd in production, a hook in tests
 	Health     func(ctx context.Context) error // the brewlet handler answers through CRI
 }
@@ -261,7 +261,10 @@ func suffix(err error) string {
 // dump runs containerd's own config loader, which applies imports, migration and
 // defaults: what the daemon would run with.
 func (c *Containerd) dump(ctx context.Context) (string, error) {
-	cmd := exec.CommandContext(ctx, c.Binary, "--config", c.ConfigPath, "config", "dump")
+	cmd, err := c.Host.Command(ctx, c.Binary, "--config", c.ConfigPath, "config", "dump")
+	if err != nil {
+		return "", err
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log"
 	"net/http"
-	"os/exec"
 	"runtime"
 	"time"
 
@@ -32,6 +31,7 @@ type Options struct {
 	AuthTTL, Period                            time.Duration
 	ContainerdRestart                          string // validated | none
 	ContainerdConfig, ContainerdBinary         string
+	HostRoot                                   string // the node's root filesystem, for containerd's binary and the restart command
 	ContainerdSocket, ContainerdRestartCommand string
 	ShimSource, ShimDir                        string
 	InsecureRegistries                         bool
@@ -127,9 +127,14 @@ func Main(ctx context.Context, o Options) error {
 
 // containerd is how the agent edits, checks and restarts the node's containerd.
 func (o Options) containerd() *Containerd {
-	return &Containerd{ConfigPath: o.ContainerdConfig, Binary: o.ContainerdBinary,
+	host := HostExec{Root: o.HostRoot}
+	return &Containerd{ConfigPath: o.ContainerdConfig, Binary: o.ContainerdBinary, Host: host,
 		Restart: func(ctx context.Context) error {
-			out, err := exec.CommandContext(ctx, "sh", "-c", o.ContainerdRestartCommand).CombinedOutput()
+			cmd, err := host.Shell(ctx, o.ContainerdRestartCommand)
+			if err != nil {
+				return err
+			}
+			out, err := cmd.CombinedOutput()
 			if err != nil {
 				return fmt.Errorf("%s: %v: %s", o.ContainerdRestartCommand, err, out)
 			}

@@ -14,8 +14,10 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
@@ -62,6 +64,15 @@ func Run(ctx context.Context, c client.Client, timeout, poll time.Duration, out 
 		}
 		owed := Owed(profiles.Items, images.Items)
 		if owed == "" {
+			// The agents remove the label once their host changes are reversed, just after
+			// reporting it: until then the DaemonSet Helm is about to delete still has work.
+			labeled, err := LabeledNodes(ctx, c)
+			if err != nil && ctx.Err() == nil {
+				return err
+			}
+			owed = OwedLabels(labeled)
+		}
+		if owed == "" {
 			fmt.Fprintln(out, "every node is cleaned up: Brewlet can be removed")
 			return nil
 		}
@@ -75,6 +86,34 @@ func Run(ctx context.Context, c client.Client, timeout, poll time.Duration, out 
 		case <-time.After(poll):
 		}
 	}
+}
+
+// LabeledNodes lists the nodes still labeled brewlet.sh/host-changes (metadata only).
+func LabeledNodes(ctx context.Context, c client.Client) ([]string, error) {
+	nodes := &metav1.PartialObjectMetadataList{}
+	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := c.List(ctx, nodes, client.MatchingLabels{vocab.LabelHostChanges: vocab.LabelValuePresent}); err != nil {
+		return nil, fmt.Errorf("list nodes labeled %s: %w", vocab.LabelHostChanges, err)
+	}
+	var out []string
+	for _, n := range nodes.Items {
+		out = append(out, n.Name)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// OwedLabels says which nodes' agents have not yet removed brewlet.sh/host-changes ("":
+// none).
+func OwedLabels(nodes []string) string {
+	if len(nodes) == 0 {
+		return ""
+	}
+	if len(nodes) > maxListed {
+		nodes = append(slices.Clone(nodes[:maxListed]), fmt.Sprintf("and %d more", len(nodes)-maxListed))
+	}
+	return fmt.Sprintf("nodes still labeled %s=%s, their agents finishing the cleanup: %s", vocab.LabelHostChanges,
+		vocab.LabelValuePresent, strings.Join(nodes, ", "))
 }
 
 // Owed summarizes what keeps the objects: per profile, the nodes and the steps they still

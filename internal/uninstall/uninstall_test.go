@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,14 +30,20 @@ func TestOwed(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, got)
 		}
 	}
-	if Owed(nil, nil) != "" {
+	if Owed(nil, nil) != "" || OwedLabels(nil) != "" {
 		t.Fatal("nothing left must summarize to nothing")
+	}
+	if got := OwedLabels([]string{"n1", "n2"}); !strings.Contains(got, "brewlet.sh/host-changes=present") || !strings.Contains(got, "n1, n2") {
+		t.Errorf("labeled nodes summary %q", got)
 	}
 }
 
 func scheme(t *testing.T) *runtime.Scheme {
 	s := runtime.NewScheme()
 	if err := brewletv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := corev1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -83,6 +90,28 @@ func TestRun(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), "deleted 1 NodeProfile(s) and 1 RuntimeImage(s)") || !strings.Contains(out.String(), "every node is cleaned up") {
 			t.Fatalf("progress:\n%s", out.String())
+		}
+	})
+	t.Run("a node still labeled brewlet.sh/host-changes keeps the hook waiting", func(t *testing.T) {
+		labeled := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{vocab.LabelHostChanges: vocab.LabelValuePresent}}}
+		other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2", Labels: map[string]string{"pool": "general"}}}
+		c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(labeled, other).Build()
+		var out bytes.Buffer
+		err := Run(context.Background(), c, 300*time.Millisecond, 50*time.Millisecond, &out)
+		if err == nil || !strings.Contains(err.Error(), "brewlet.sh/host-changes=present, their agents finishing the cleanup: n1") || strings.Contains(err.Error(), "n2") {
+			t.Fatalf("error %v", err)
+		}
+		go func() {
+			time.Sleep(200 * time.Millisecond)
+			n := &corev1.Node{}
+			if err := c.Get(context.Background(), client.ObjectKey{Name: "n1"}, n); err == nil {
+				n.Labels = nil
+				_ = c.Update(context.Background(), n)
+			}
+		}()
+		out.Reset()
+		if err := Run(context.Background(), c, 10*time.Second, 50*time.Millisecond, &out); err != nil || !strings.Contains(out.String(), "still owed: nodes still labeled") {
+			t.Fatalf("%v\n%s", err, out.String())
 		}
 	})
 }

@@ -41,6 +41,11 @@ type Cluster struct {
 	HostPrefix       string `json:"hostPrefix"`
 	ContainerdConfig string `json:"containerdConfig"`
 	ContainerdSocket string `json:"containerdSocket"`
+	// ContainerdBinary and ContainerdRestartCommand, with Options.AgentRegistersHandler:
+	// the machine's containerd and the command that restarts the node's, for the chart's
+	// agent in containerd mode validated. Empty: the node ships the handler (mode none).
+	ContainerdBinary         string `json:"containerdBinary,omitempty"`
+	ContainerdRestartCommand string `json:"containerdRestartCommand,omitempty"`
 	// Dirs are the component directories (control plane, node) with their logs.
 	Dirs []string `json:"dirs"`
 
@@ -48,17 +53,35 @@ type Cluster struct {
 	Node *framework.KubeletNode `json:"-"`
 }
 
-// Start starts the cluster. Brewlet's CRDs are not installed: the chart does that.
-func Start(t framework.TB) *Cluster {
+// Options vary the cluster.
+type Options struct {
+	// AgentRegistersHandler starts the node's containerd without the brewlet handler: the
+	// chart's agent registers it as on a stock node (mode validated), restarting containerd
+	// through a command that this process serves (framework.Node.ServeRestarts). Tests
+	// only: once this process exits nobody restarts containerd.
+	AgentRegistersHandler bool
+}
+
+// Start starts the cluster with the brewlet handler in containerd's config (`make demo`:
+// the cluster outlives the process). Brewlet's CRDs are not installed: the chart does that.
+func Start(t framework.TB) *Cluster { return StartWith(t, Options{}) }
+
+// StartWith starts the cluster with options.
+func StartWith(t framework.TB, o Options) *Cluster {
 	t.Helper()
 	// The node first: the API server listens on its gateway address, where pods reach it.
-	n := framework.StartNodeWith(t, framework.NodeOptions{HostReachable: true})
+	n := framework.StartNodeWith(t, framework.NodeOptions{HostReachable: true, WithoutBrewletHandler: o.AgentRegistersHandler})
 	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{ControllerManager: true, Scheduler: true,
 		SkipCRDs: true, Address: n.Gateway()})
 	kn := framework.StartKubelet(t, cp, n, framework.KubeletOptions{Labels: map[string]string{PoolKey: PoolName}})
-	return &Cluster{Kubeconfig: cp.Kubeconfig, APIHost: cp.Address, APIPort: cp.Port, Registry: kn.Registry,
+	c := &Cluster{Kubeconfig: cp.Kubeconfig, APIHost: cp.Address, APIPort: cp.Port, Registry: kn.Registry,
 		NodeName: kn.NodeName, HostPrefix: kn.HostPrefix, ContainerdConfig: kn.ConfigPath, ContainerdSocket: kn.Socket,
 		Dirs: []string{cp.Dir, kn.Dir}, Node: kn}
+	if o.AgentRegistersHandler {
+		c.ContainerdBinary = framework.Tool(t, "containerd")
+		c.ContainerdRestartCommand = n.ServeRestarts(t)
+	}
+	return c
 }
 
 // WorkDir holds files of the cluster's users (helm's state, chart values, the CLI): the

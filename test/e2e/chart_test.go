@@ -644,18 +644,25 @@ func TestChartTemplate(t *testing.T) {
 		hp := chartHostPaths(ds.Spec.Template.Spec)
 		for host, in := range map[string]string{"/opt/brewlet": "/opt/brewlet", "/var/lib/brewlet": "/var/lib/brewlet",
 			"/run/brewlet": "/run/brewlet", "/etc/containerd": "/etc/containerd", "/run/containerd": "/run/containerd",
-			"/usr/local/bin": "/host/usr/local/bin"} {
+			"/usr/local/bin": "/host/usr/local/bin", "/": "/host"} {
 			if hp[host] != in {
 				t.Errorf("host path %s mounted at %q, want %q (all: %v)", host, hp[host], in, hp)
 			}
 		}
-		if len(hp) != 6 {
-			t.Errorf("provisioner host paths %v: want exactly the six Brewlet needs", hp)
+		if len(hp) != 7 {
+			t.Errorf("provisioner host paths %v: want exactly the seven Brewlet needs", hp)
+		}
+		// The node's root, for containerd's binary and the restart command: read-only, and
+		// following the node's mounts (systemd's socket in its /run).
+		for _, m := range pc.VolumeMounts {
+			if m.MountPath == "/host" && (!m.ReadOnly || m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer) {
+				t.Errorf("the node's root mounted %+v, want read-only with HostToContainer propagation", m)
+			}
 		}
 		for flag, v := range map[string]string{"--authorization-ttl": "5m", "--gc-grace": "1h", "--containerd-restart": "validated",
 			"--containerd-config": "/etc/containerd/config.toml", "--containerd-socket": "/run/containerd/containerd.sock",
 			"--containerd-binary": "containerd", "--containerd-restart-command": "systemctl restart containerd",
-			"--shim-dir": "/host/usr/local/bin"} {
+			"--shim-dir": "/host/usr/local/bin", "--host-root": "/host"} {
 			chartWantArg(t, pc, flag, v)
 		}
 		for _, f := range []string{"--registry-mirror", "--insecure-registries", "--host-prefix"} {
@@ -803,7 +810,7 @@ func TestChartTemplate(t *testing.T) {
 			"--set", "provisioner.hostPrefix=/srv/test", "--set", "provisioner.gc.grace=10m", "--set", "provisioner.authorizationTTL=90s",
 			"--set", "provisioner.containerd.restart=none", "--set", "provisioner.containerd.config=/etc/k8s/containerd/config.toml",
 			"--set", "provisioner.containerd.socket=/run/k8s/containerd.sock", "--set", "provisioner.containerd.shimDir=",
-			"--set", "provisioner.containerd.restartCommand=kill -HUP 1",
+			"--set", "provisioner.containerd.restartCommand=kill -HUP 1", "--set", "provisioner.containerd.runOnHost=false",
 			"--set-json", `provisioner.registry.mirrors=[{"registry":"registry.example","mirrors":["m1:5000","m2.example"]}]`,
 			"--set", "provisioner.registry.insecure=true", "--set", "provisioner.registry.credentialsSecret=pull",
 			"--set-json", `imagePullSecrets=["regcred"]`)...)
@@ -815,6 +822,7 @@ func TestChartTemplate(t *testing.T) {
 			chartWantArg(t, pc, flag, v)
 		}
 		chartNoArg(t, pc, "--shim-dir")
+		chartNoArg(t, pc, "--host-root")
 		var mirrors []string
 		for _, a := range pc.Args {
 			if v, ok := strings.CutPrefix(a, "--registry-mirror="); ok {

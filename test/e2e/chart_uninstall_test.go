@@ -32,8 +32,10 @@ func TestChartUninstallHookAndRetirementRole(t *testing.T) {
 	}
 	cr := &rbacv1.ClusterRole{}
 	rc.decode(t, "ClusterRole", "brewlet-uninstall", cr)
-	if len(cr.Rules) != 1 || !slices.Equal(cr.Rules[0].Resources, []string{"nodeprofiles", "runtimeimages"}) ||
-		!slices.Equal(cr.Rules[0].Verbs, []string{"get", "list", "delete"}) {
+	if len(cr.Rules) != 2 || !slices.Equal(cr.Rules[0].Resources, []string{"nodeprofiles", "runtimeimages"}) ||
+		!slices.Equal(cr.Rules[0].Verbs, []string{"get", "list", "delete"}) ||
+		!slices.Equal(cr.Rules[1].APIGroups, []string{""}) || !slices.Equal(cr.Rules[1].Resources, []string{"nodes"}) ||
+		!slices.Equal(cr.Rules[1].Verbs, []string{"list"}) {
 		t.Errorf("uninstall ClusterRole rules %+v", cr.Rules)
 	}
 	job := &batchv1.Job{}

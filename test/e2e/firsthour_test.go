@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -45,7 +46,8 @@ func (w logWriter) Write(b []byte) (int, error) {
 // admission; an agent that is down leaves running pods alone while new ones wait on
 // the startup fence until it is back; and helm uninstall leaves the node as before.
 func TestFirstHourOnKubelet(t *testing.T) {
-	c := cluster.Start(t)
+	// containerd as a stock node has it: the chart's agent registers the handler.
+	c := cluster.StartWith(t, cluster.Options{AgentRegistersHandler: true})
 	ctx := context.Background()
 	f := firsthour.New(t, c, logWriter{t})
 	before := snapshotNode(t, c, f.Clients.CL)
@@ -205,6 +207,17 @@ func firstHourAgentToken(t *testing.T, f *firsthour.Flow) {
 	}
 	if !nrt.Status.Complete {
 		t.Errorf("NodeRuntime complete=false: the agent pod did not reconcile its leases with containerd's tasks")
+	}
+	// containerd came without the handler: the agent pod registered it (the machine's
+	// containerd parsed the candidate, chrooted into the node's root) and restarted
+	// containerd with the node's shell, and the app runs on it.
+	cdConfig, err := os.ReadFile(f.C.ContainerdConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cl := nrt.Status.Cleanup; cl == nil || !cl.ContainerdHandlerRegistered || f.C.Node.Restarts() < 1 ||
+		!strings.Contains(string(cdConfig), "runtimes."+vocab.RuntimeClassName+"]") {
+		t.Errorf("host changes %+v after %d containerd restarts; containerd's config:\n%s", cl, f.C.Node.Restarts(), cdConfig)
 	}
 	// Its watches (wake-ups) work under the chart's RBAC: no failure logged.
 	logs, err := f.Clients.CS.CoreV1().Pods(agentPod.Namespace).GetLogs(agentPod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)

@@ -132,7 +132,7 @@ func firstHourUninstall(t *testing.T, f *firsthour.Flow, before nodeSnapshot) {
 		t.Fatalf("%d agent pods", len(agents.Items))
 	}
 	agentUID := agents.Items[0].UID
-	start := time.Now()
+	start, restarts := time.Now(), f.C.Node.Restarts()
 	out, err := f.Helm(ctx, "uninstall", firsthour.Release, "--namespace", firsthour.Namespace, "--wait", "--timeout", "15m")
 	if err != nil {
 		logs, _ := f.Kubectl(ctx, "-n", firsthour.Namespace, "logs", "job/brewlet-uninstall")
@@ -163,6 +163,10 @@ func firstHourUninstall(t *testing.T, f *firsthour.Flow, before nodeSnapshot) {
 	}
 	if cl := nrt.Status.Cleanup; cl == nil || !cl.Done || len(cl.InstalledRuntimes) != 0 || nrt.Status.AgentPodUID != agentUID || len(nrt.Status.Runtimes) != 0 {
 		t.Errorf("NodeRuntime after uninstall: agent %s (want %s), runtimes %+v, cleanup %+v", nrt.Status.AgentPodUID, agentUID, nrt.Status.Runtimes, cl)
+	}
+	// Restored with the node's own tools: containerd restarted from the agent's pod.
+	if f.C.Node.Restarts() <= restarts {
+		t.Errorf("containerd not restarted by the uninstall (%d restarts before, %d after)", restarts, f.C.Node.Restarts())
 	}
 	after := snapshotNode(t, f.C, cl)
 	if diff := snapshotDiff(before, after); diff != "" {

@@ -43,7 +43,7 @@ type restartWorld struct {
 
 const restartNS = "apps-under-test"
 
-func startRestartWorld(t *testing.T, maxConcurrent int, deadline time.Duration) *restartWorld {
+func startRestartWorld(t *testing.T, maxConcurrent int, deadline time.Duration, flags ...string) *restartWorld {
 	t.Helper()
 	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{ControllerManager: true, Scheduler: true, Kwok: true, KwokNodes: 2})
 	w := &restartWorld{cp: cp, nodes: []string{"kwok-node-0", "kwok-node-1"}, id: "python"}
@@ -54,8 +54,8 @@ func startRestartWorld(t *testing.T, maxConcurrent int, deadline time.Duration) 
 		w.heartbeat(t, n)
 	}
 	w.start = func() *runningOperator {
-		return startOperatorFlags(t, cp, []string{"--set", "operator.rotationRestarts.enabled=true"}, "--rotation-restarts",
-			fmt.Sprintf("--rotation-restart-max-concurrent=%d", maxConcurrent), "--rotation-restart-progress-deadline="+deadline.String())
+		return startOperatorFlags(t, cp, []string{"--set", "operator.rotationRestarts.enabled=true"}, append([]string{"--rotation-restarts",
+			fmt.Sprintf("--rotation-restart-max-concurrent=%d", maxConcurrent), "--rotation-restart-progress-deadline=" + deadline.String()}, flags...)...)
 	}
 	w.op = w.start()
 	return w

@@ -60,8 +60,8 @@ func (f *Flow) buildRuntimes(ctx context.Context) (string, error) {
 }
 
 // chartValues are the values a local cluster needs: images by digest from the node's
-// registry, the node pool, the node's relocated paths, containerd left as the node ships it
-// (the handler is registered, the shim installed), the API server's address (no
+// registry, the node pool, the node's relocated paths, containerd (containerdValues), the
+// API server's address (no
 // kube-proxy), and host networking for the agent (the registry listens on the node's
 // loopback).
 func (f *Flow) chartValues() map[string]any {
@@ -83,10 +83,31 @@ func (f *Flow) chartValues() map[string]any {
 			"gc": map[string]any{"grace": "20s"},
 			// The agent's pass period is a fifth of this: a local cluster reacts in seconds.
 			"authorizationTTL": "2m",
-			"containerd": map[string]any{"restart": string(vocab.ContainerdRestartNone), "config": f.C.ContainerdConfig,
-				"socket": f.C.ContainerdSocket, "shimDir": ""},
+			"containerd":       f.containerdValues(),
 		},
 	}
+}
+
+// containerdValues leave containerd as the node ships it (the handler registered, the shim
+// installed: mode none), or, on a cluster started with AgentRegistersHandler, let the
+// agent register the handler as on a stock node: mode validated with the machine's
+// containerd and restart command run chrooted into the node's root (a private mount here:
+// propagation None).
+func (f *Flow) containerdValues() map[string]any {
+	v := map[string]any{"restart": string(f.containerdMode()), "config": f.C.ContainerdConfig,
+		"socket": f.C.ContainerdSocket, "shimDir": ""}
+	if f.C.ContainerdRestartCommand != "" {
+		v["binary"], v["restartCommand"] = f.C.ContainerdBinary, f.C.ContainerdRestartCommand
+		v["runOnHost"], v["hostRootPropagation"] = true, "None"
+	}
+	return v
+}
+
+func (f *Flow) containerdMode() vocab.ContainerdRestart {
+	if f.C.ContainerdRestartCommand != "" {
+		return vocab.ContainerdRestartValidated
+	}
+	return vocab.ContainerdRestartNone
 }
 
 // Helm runs the pinned helm against the cluster with its state below the cluster's directory.
@@ -147,7 +168,7 @@ func (f *Flow) approveRuntime(ctx context.Context) (string, error) {
 	np := &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: Profile}, Spec: brewletv1.NodeProfileSpec{
 		NodePool:          brewletv1.NodePool{Key: cluster.PoolKey, Names: []string{cluster.PoolName}},
 		RuntimeImages:     []brewletv1.OfferedRuntime{{ID: RuntimeID}},
-		ContainerdRestart: string(vocab.ContainerdRestartNone)}}
+		ContainerdRestart: string(f.containerdMode())}}
 	if err := f.createIfAbsent(ctx, np); err != nil {
 		return "", err
 	}

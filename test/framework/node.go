@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -45,6 +46,7 @@ type Node struct {
 	HostPrefix   string // root of the node's Brewlet host layout (hoststate.Under)
 	conn         *grpc.ClientConn
 	opts         NodeOptions
+	restarts     atomic.Int64 // by ServeRestarts
 }
 
 // NodeOptions vary the node's containerd configuration.

@@ -28,11 +28,9 @@ type Reconciler struct {
 	APIReader client.Reader // fresh reads after a status conflict
 	Recorder  events.EventRecorder
 	Policy    Policy
-	// AgentNamespace holds the agents' Leases (the nodes' heartbeats).
-	AgentNamespace string
-	// StaleAfter: how old a heartbeat may be before its node's report proves nothing.
-	StaleAfter time.Duration
-	Now        func() time.Time
+	// Beats are the agents' Lease renewals, the nodes' heartbeats (nil: every node stale).
+	Beats *runtimeimage.HeartbeatClock
+	Now   func() time.Time
 }
 
 // Reconcile decides and acts for one RuntimeImage. While a restart is in progress it looks
@@ -57,9 +55,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.List(ctx, reports, client.MatchingFields{runtimeimage.IndexRuntimeID: t.ID}, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, err
 	}
-	beats, err := runtimeimage.ReadHeartbeats(ctx, r.Client, r.AgentNamespace)
-	if err != nil {
-		return reconcile.Result{}, err
+	beats := runtimeimage.Heartbeats{}
+	if r.Beats != nil {
+		beats = r.Beats.Heartbeats()
 	}
 	now := r.now()
 	tasks := TasksOf(t, reports.Items, func(n string) bool { return beats.Fresh(n, now, r.staleAfter()) })
@@ -336,12 +334,8 @@ func daemonSetRolledOut(d *appsv1.DaemonSet) bool {
 		s.NumberAvailable == s.DesiredNumberScheduled
 }
 
-func (r *Reconciler) staleAfter() time.Duration {
-	if r.StaleAfter > 0 {
-		return r.StaleAfter
-	}
-	return runtimeimage.DefaultStaleAfter
-}
+// staleAfter: how old a heartbeat may be before its node's report proves nothing.
+func (r *Reconciler) staleAfter() time.Duration { return r.Beats.StaleAfterOrDefault() }
 
 func (r *Reconciler) now() time.Time {
 	if r.Now != nil {

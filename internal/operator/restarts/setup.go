@@ -33,7 +33,7 @@ type Options struct {
 
 // Setup registers the controller. Workloads and pods (stripped by StripPod) are read through the
 // manager's informers; a workload, pod or node report wakes the RuntimeImage it runs on.
-func Setup(ctx context.Context, mgr manager.Manager, o Options, agentNamespace string, skipNameValidation bool) error {
+func Setup(ctx context.Context, mgr manager.Manager, o Options, beats *runtimeimage.HeartbeatClock, skipNameValidation bool) error {
 	if !o.Enabled {
 		return nil
 	}
@@ -48,7 +48,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options, agentNamespace s
 		p.ProgressDeadline = 10 * time.Minute
 	}
 	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("brewlet-operator"),
-		Policy: p, AgentNamespace: agentNamespace}
+		Policy: p, Beats: beats}
 	byTemplate := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		var ann map[string]string
 		switch w := o.(type) {

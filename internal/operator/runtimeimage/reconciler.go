@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,12 +46,9 @@ type Reconciler struct {
 	Now func() metav1.Time
 	// Recorder records events on RuntimeImages (nil: none).
 	Recorder events.EventRecorder
-	// AgentNamespace holds the agents' per-node Leases, their heartbeats ("": every node
-	// counts as not reporting).
-	AgentNamespace string
-	// StaleAfter is how long a node's heartbeat may be old before its report is shown as
-	// not current (0: DefaultStaleAfter).
-	StaleAfter time.Duration
+	// Beats are the agents' per-node Lease renewals, the nodes' heartbeats, on the
+	// operator's clock (nil: every node counts as not reporting).
+	Beats *HeartbeatClock
 
 	// overwritten holds, per RuntimeImage, the resourceVersion its last write by this
 	// reconciler replaced. While the cache still shows that version, a pass would decide
@@ -213,42 +208,17 @@ func (r *Reconciler) failureBudget(ctx context.Context, id string) (int, error) 
 	return budget, nil
 }
 
-// heartbeats reads the agents' Leases (ReadHeartbeats).
-func (r *Reconciler) heartbeats(ctx context.Context) (Heartbeats, error) {
-	return ReadHeartbeats(ctx, r.Client, r.AgentNamespace)
+// heartbeats are the nodes' last renewals (HeartbeatClock).
+func (r *Reconciler) heartbeats(context.Context) (Heartbeats, error) {
+	if r.Beats == nil {
+		return Heartbeats{}, nil
+	}
+	return r.Beats.Heartbeats(), nil
 }
 
-// ReadHeartbeats reads the agents' writer Leases in namespace from c (the informer cache):
-// each agent renews its node's Lease while it runs, which is the node's heartbeat (SPEC
-// §3.3). An empty namespace yields none: every node counts as not reporting.
-func ReadHeartbeats(ctx context.Context, c client.Reader, namespace string) (Heartbeats, error) {
-	out := Heartbeats{}
-	if namespace == "" {
-		return out, nil
-	}
-	var leases coordinationv1.LeaseList
-	if err := c.List(ctx, &leases, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list agent Leases in %s: %w", namespace, err)
-	}
-	for _, l := range leases.Items {
-		// A released Lease (holder cleared, renewTime set at release: an agent stopping for a
-		// rolling update) still counts from its renewTime, so the handover between agents
-		// never makes a node look silent.
-		node, ok := strings.CutPrefix(l.Name, vocab.AgentLeasePrefix)
-		if !ok || l.Spec.RenewTime == nil {
-			continue
-		}
-		out[node] = l.Spec.RenewTime.Time
-	}
-	return out, nil
-}
-
-func (r *Reconciler) staleAfter() time.Duration {
-	if r.StaleAfter > 0 {
-		return r.StaleAfter
-	}
-	return DefaultStaleAfter
-}
+// staleAfter is how long a node's heartbeat may be old before its report is shown as not
+// current (HeartbeatClock.StaleAfter).
+func (r *Reconciler) staleAfter() time.Duration { return r.Beats.StaleAfterOrDefault() }
 
 func (r *Reconciler) now() metav1.Time {
 	if r.Now != nil {

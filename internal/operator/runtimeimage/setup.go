@@ -22,14 +22,14 @@ const ControllerName = "runtimeimage"
 // API server (one confirming read happens only when a finalizer is about to be released).
 // skipNameValidation lets a process build more than one manager (tests that restart the
 // operator in-process); controller-runtime otherwise refuses a second "runtimeimage".
-// agentNamespace holds the agents' Leases, the nodes' heartbeats (read from the cache; a
-// renewal wakes nothing: passes with old containers to show come back every StaleAfter).
-func Setup(ctx context.Context, mgr manager.Manager, skipNameValidation bool, agentNamespace string) error {
+// beats times the agents' Lease renewals, the nodes' heartbeats (a renewal wakes nothing:
+// passes with old containers to show come back every StaleAfter).
+func Setup(ctx context.Context, mgr manager.Manager, skipNameValidation bool, beats *HeartbeatClock) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &brewletv1.NodeRuntime{}, IndexRuntimeID, RuntimeIDs); err != nil {
 		return err
 	}
 	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("brewlet-operator"),
-		AgentNamespace: agentNamespace}
+		Beats: beats}
 	return builder.ControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&brewletv1.RuntimeImage{}).

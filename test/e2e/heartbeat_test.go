@@ -1,0 +1,93 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// A node's heartbeat counts on the operator's clock, not the node's (real API server,
+// controller-manager and kwok nodes, the operator as its own process): after a rotation, a
+// workload that did not opt in keeps generation-1 pods on both nodes; then node 0's clock
+// jumps an hour ahead and its agent stops renewing. Its renewTime lies in the future for
+// an hour, yet once --node-stale-after passes on the operator's clock its containers show
+// current=false, while node 1, which keeps renewing, stays current.
+func TestHeartbeatsOnTheOperatorsClock(t *testing.T) {
+	const staleAfter = 10 * time.Second
+	w := startRestartWorld(t, 5, 10*time.Minute, "--node-stale-after="+staleAfter.String())
+	ctx, c := context.Background(), w.cp.Client
+	must(t, c.Create(ctx, runtimeImage("python", "127.0.0.1:5000/runtimes/python@"+digestN(1))))
+	eventually(t, 30*time.Second, "generation 1", func() (bool, string) {
+		got := getRI(t, c, "python")
+		return got.Status.Generation == 1, fmt.Sprintf("%+v", got.Status)
+	})
+	epoch := string(getRI(t, c, "python").UID)
+	w.podGen = func(*corev1.Pod) int64 { return 1 }
+	for _, node := range w.nodes {
+		d := restartDeployment("on-"+node, false)
+		d.Spec.Replicas = ptr.To[int32](1)
+		d.Spec.Template.Spec.NodeName = node
+		must(t, c.Create(ctx, d))
+	}
+	w.waitRunning(t, 2)
+	w.report(t, 1, epoch)
+	updateRI(t, c, "python", func(ri *brewletv1.RuntimeImage) {
+		ri.Spec.Source.Image = "127.0.0.1:5000/runtimes/python@" + digestN(2)
+	})
+	eventually(t, 30*time.Second, "generation 2", func() (bool, string) {
+		got := getRI(t, c, "python")
+		return got.Status.Generation == 2, fmt.Sprintf("%+v", got.Status)
+	})
+	w.report(t, 2, epoch)
+	observed := func() map[string]bool {
+		out := map[string]bool{}
+		for _, o := range getRI(t, c, "python").Status.TaskObservations {
+			out[o.NodeName] = o.Current
+		}
+		return out
+	}
+	eventually(t, 30*time.Second, "both nodes' old containers observed, current", func() (bool, string) {
+		w.heartbeat(t, w.nodes[1])
+		got := observed()
+		return len(got) == 2 && got[w.nodes[0]] && got[w.nodes[1]], fmt.Sprintf("%v", got)
+	})
+
+	// Node 0's clock an hour ahead, then its agent silent.
+	l := &coordinationv1.Lease{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: chartNS, Name: vocab.AgentLeasePrefix + w.nodes[0]}, l))
+	ahead := metav1.NewMicroTime(time.Now().Add(time.Hour))
+	l.Spec.RenewTime = &ahead
+	must(t, c.Update(ctx, l))
+	silentSince := time.Now()
+	var ri *brewletv1.RuntimeImage
+	eventually(t, 6*staleAfter, "node 0 not current, node 1 current", func() (bool, string) {
+		w.heartbeat(t, w.nodes[1])
+		ri = getRI(t, c, "python")
+		got := observed()
+		return len(got) == 2 && !got[w.nodes[0]] && got[w.nodes[1]], fmt.Sprintf("%v", got)
+	})
+	if since := time.Since(silentSince); since < staleAfter {
+		t.Errorf("node 0 marked not reporting %s after its last renewal, before --node-stale-after=%s", since.Round(time.Millisecond), staleAfter)
+	}
+	t.Logf("node 0 (renewTime an hour ahead) not current after %s; OldGenerationTasks: %s", time.Since(silentSince).Round(time.Second),
+		conditionMessage(ri, "OldGenerationTasks"))
+}
+
+func conditionMessage(ri *brewletv1.RuntimeImage, typ string) string {
+	for _, c := range ri.Status.Conditions {
+		if c.Type == typ {
+			return string(c.Status) + "/" + c.Reason + ": " + c.Message
+		}
+	}
+	return "absent"
+}
