@@ -103,6 +103,7 @@ func Main(ctx context.Context, o Options) error {
 	}
 	agent.View = view
 	go Wakeup{Client: c, NodeName: o.NodeName, Log: log.Printf}.Run(ctx, wake)
+	go TaskEvents{Socket: o.ContainerdSocket, Layout: layout, Log: log.Printf}.Run(ctx, wake)
 	agent.Wake = wake
 	if o.MetricsAddress != "" {
 		reg := prometheus.NewRegistry()

@@ -56,6 +56,20 @@ func TestAgentReportsLiveTasks(t *testing.T) {
 	defer agent.Close()
 	must(host.CloseFence())
 	must(agent.ReconcileAndWait(ctx))
+	// containerd's task events wake the agent for Brewlet containers (subscribed long before
+	// the first container starts: the image and CLI are built in between).
+	wake := make(chan struct{}, 1)
+	evCtx, stopEvents := context.WithCancel(ctx)
+	defer stopEvents()
+	go provisioner.TaskEvents{Socket: n.Socket, Layout: host, Log: logf}.Run(evCtx, wake)
+	woken := func(t *testing.T, after string) {
+		t.Helper()
+		select {
+		case <-wake:
+		case <-time.After(15 * time.Second):
+			t.Errorf("containerd's task events woke no pass within 15s after %s", after)
+		}
+	}
 
 	report := func(t *testing.T) *brewletv1.NodeRuntime {
 		t.Helper()
@@ -87,6 +101,7 @@ func TestAgentReportsLiveTasks(t *testing.T) {
 	live := pod.Metadata.Name
 
 	t.Run("a running container is reported", func(t *testing.T) {
+		woken(t, "a Brewlet container started")
 		must(agent.Reconcile(ctx))
 		nrt := report(t)
 		if !nrt.Status.Complete || len(nrt.Status.Tasks) != 1 {
@@ -157,8 +172,13 @@ func TestAgentReportsLiveTasks(t *testing.T) {
 	})
 
 	t.Run("a removed container is no longer reported", func(t *testing.T) {
+		select {
+		case <-wake:
+		default:
+		}
 		_, err := n.Runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: cid, Timeout: 5})
 		must(err)
+		woken(t, "a Brewlet container stopped")
 		_, err = n.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: cid})
 		must(err)
 		must(agent.Reconcile(ctx))

@@ -228,8 +228,10 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 		return nil, err
 	}
 	var out []Workload
+	// uses below is kept: it is what the index means, checked on what the cache returns.
+	byRuntime := client.MatchingFields{IndexWorkloadRuntimeID: id}
 	var deps appsv1.DeploymentList
-	if err := r.Client.List(ctx, &deps, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &deps, byRuntime, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	for i := range deps.Items {
@@ -246,7 +248,7 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 		out = append(out, w)
 	}
 	var sets appsv1.StatefulSetList
-	if err := r.Client.List(ctx, &sets, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &sets, byRuntime, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	for i := range sets.Items {
@@ -266,7 +268,7 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 		out = append(out, w)
 	}
 	var dss appsv1.DaemonSetList
-	if err := r.Client.List(ctx, &dss, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &dss, byRuntime, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	for i := range dss.Items {

@@ -40,6 +40,11 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options, beats *runtimeim
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, IndexPodRuntimeID, PodRuntimeID); err != nil {
 		return err
 	}
+	for _, w := range []client.Object{&appsv1.Deployment{}, &appsv1.StatefulSet{}, &appsv1.DaemonSet{}} {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, w, IndexWorkloadRuntimeID, WorkloadRuntimeID); err != nil {
+			return err
+		}
+	}
 	p := Policy{MaxConcurrent: o.MaxConcurrent, ProgressDeadline: o.ProgressDeadline}
 	if p.MaxConcurrent <= 0 {
 		p.MaxConcurrent = 5

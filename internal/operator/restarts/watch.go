@@ -34,6 +34,28 @@ func PodRuntimeID(o client.Object) []string {
 	return nil
 }
 
+// IndexWorkloadRuntimeID indexes Deployments, StatefulSets and DaemonSets that opted in by
+// the runtime ID their pod template names: a pass reads the workloads it may restart, not
+// every workload of the cluster.
+const IndexWorkloadRuntimeID = "spec.template.metadata.annotations.runtime-image.opted-in"
+
+// WorkloadRuntimeID is the index function of IndexWorkloadRuntimeID.
+func WorkloadRuntimeID(o client.Object) []string {
+	var tmpl map[string]string
+	switch w := o.(type) {
+	case *appsv1.Deployment:
+		tmpl = w.Spec.Template.Annotations
+	case *appsv1.StatefulSet:
+		tmpl = w.Spec.Template.Annotations
+	case *appsv1.DaemonSet:
+		tmpl = w.Spec.Template.Annotations
+	}
+	if id := tmpl[vocab.AnnotationRuntimeImage]; id != "" && o.GetAnnotations()[vocab.AnnotationRestartOnRotation] == "true" {
+		return []string{id}
+	}
+	return nil
+}
+
 // A pass is a few hundred milliseconds of work on a large fleet and every restart slot waits
 // for the pass after its rollout finished; updates that cannot change a decision must not
 // queue passes in front of it. The predicates below let through only what Decide reads.

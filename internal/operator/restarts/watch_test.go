@@ -158,3 +158,29 @@ func TestWaitingForSlot(t *testing.T) {
 		t.Errorf("inProgress without a rotation = %d, want 0", got)
 	}
 }
+
+func TestWorkloadRuntimeID(t *testing.T) {
+	tmpl := func(ann map[string]string) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: ann}}
+	}
+	optIn := map[string]string{vocab.AnnotationRestartOnRotation: "true"}
+	runs := map[string]string{vocab.AnnotationRuntimeImage: "python"}
+	for _, tc := range []struct {
+		name string
+		obj  client.Object
+		want []string
+	}{
+		{"opted-in Deployment", &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Annotations: optIn}, Spec: appsv1.DeploymentSpec{Template: tmpl(runs)}}, []string{"python"}},
+		{"opted-in StatefulSet", &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Annotations: optIn}, Spec: appsv1.StatefulSetSpec{Template: tmpl(runs)}}, []string{"python"}},
+		{"opted-in DaemonSet", &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Annotations: optIn}, Spec: appsv1.DaemonSetSpec{Template: tmpl(runs)}}, []string{"python"}},
+		{"not opted in", &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Template: tmpl(runs)}}, nil},
+		{"opt-in other than true", &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{vocab.AnnotationRestartOnRotation: "yes"}}, Spec: appsv1.DeploymentSpec{Template: tmpl(runs)}}, nil},
+		{"opt-in on the template only", &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Template: tmpl(map[string]string{vocab.AnnotationRuntimeImage: "python", vocab.AnnotationRestartOnRotation: "true"})}}, nil},
+		{"runtime on the object, not the template", &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{vocab.AnnotationRestartOnRotation: "true", vocab.AnnotationRuntimeImage: "python"}}}, nil},
+		{"a pod is no workload", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{vocab.AnnotationRestartOnRotation: "true", vocab.AnnotationRuntimeImage: "python"}}}, nil},
+	} {
+		if got := WorkloadRuntimeID(tc.obj); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
