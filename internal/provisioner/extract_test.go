@@ -19,9 +19,9 @@ func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") != "" {
-			t.Fatal("CI must run as root: extraction sets owners, devices and trusted.* xattrs")
+			t.Fatal("CI must run as root: extraction sets owners, devices and trusted.* xattrs; host programs run chrooted")
 		}
-		t.Skip("extraction tests need root")
+		t.Skip("needs root (owners, devices, trusted.* xattrs, chroot)")
 	}
 }
 

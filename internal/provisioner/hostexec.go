@@ -42,12 +42,9 @@ func (h HostExec) Command(ctx context.Context, name string, args ...string) (*ex
 	return cmd, nil
 }
 
-// Shell runs script with the node's /bin/sh.
+// Shell runs script with the node's sh.
 func (h HostExec) Shell(ctx context.Context, script string) (*exec.Cmd, error) {
-	if h.Root == "" {
-		return exec.CommandContext(ctx, "sh", "-c", script), nil
-	}
-	return h.Command(ctx, "/bin/sh", "-c", script)
+	return h.Command(ctx, "sh", "-c", script)
 }
 
 // lookPath resolves name as the node would. Only presence is checked: a symlink in the

@@ -49,12 +49,7 @@ func TestHostExecLookPath(t *testing.T) {
 // A program of the node runs chrooted into its root filesystem: the node's shell, at /,
 // with the node's PATH, never seeing the agent's files.
 func TestHostExecRunsInTheNodesRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("chroot needs root; CI runs as root")
-		}
-		t.Skip("chroot needs root")
-	}
+	requireRoot(t)
 	busybox, err := os.ReadFile("/bin/busybox")
 	if err != nil {
 		t.Fatalf("a static /bin/busybox stands in for the node's shell (Debian busybox-static): %v", err)

@@ -27,6 +27,14 @@ import (
 // maxListed bounds the nodes a summary names.
 const maxListed = 10
 
+// bounded names at most maxListed of names and counts the rest.
+func bounded(names []string) []string {
+	if len(names) <= maxListed {
+		return names
+	}
+	return append(slices.Clone(names[:maxListed]), fmt.Sprintf("and %d more", len(names)-maxListed))
+}
+
 // Run deletes every NodeProfile and RuntimeImage and waits until they are gone, printing
 // what is still owed whenever it changes.
 func Run(ctx context.Context, c client.Client, timeout, poll time.Duration, out io.Writer) error {
@@ -109,11 +117,8 @@ func OwedLabels(nodes []string) string {
 	if len(nodes) == 0 {
 		return ""
 	}
-	if len(nodes) > maxListed {
-		nodes = append(slices.Clone(nodes[:maxListed]), fmt.Sprintf("and %d more", len(nodes)-maxListed))
-	}
 	return fmt.Sprintf("nodes still labeled %s=%s, their agents finishing the cleanup: %s", vocab.LabelHostChanges,
-		vocab.LabelValuePresent, strings.Join(nodes, ", "))
+		vocab.LabelValuePresent, strings.Join(bounded(nodes), ", "))
 }
 
 // Owed summarizes what keeps the objects: per profile, the nodes and the steps they still
@@ -127,9 +132,7 @@ func Owed(profiles []brewletv1.NodeProfile, images []brewletv1.RuntimeImage) str
 			nodes = append(nodes, fmt.Sprintf("%s (uid %s: %s)", e.NodeName, e.NodeUID, strings.TrimPrefix(e.Message, "owes: ")))
 		}
 		slices.Sort(nodes)
-		if len(nodes) > maxListed {
-			nodes = append(nodes[:maxListed], fmt.Sprintf("and %d more", len(nodes)-maxListed))
-		}
+		nodes = bounded(nodes)
 		what := "its cleanup finalizer is not released yet"
 		if len(nodes) > 0 {
 			what = "nodes " + strings.Join(nodes, "; ")

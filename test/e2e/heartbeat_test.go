@@ -8,6 +8,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -79,15 +80,6 @@ func TestHeartbeatsOnTheOperatorsClock(t *testing.T) {
 	if since := time.Since(silentSince); since < staleAfter {
 		t.Errorf("node 0 marked not reporting %s after its last renewal, before --node-stale-after=%s", since.Round(time.Millisecond), staleAfter)
 	}
-	t.Logf("node 0 (renewTime an hour ahead) not current after %s; OldGenerationTasks: %s", time.Since(silentSince).Round(time.Second),
-		conditionMessage(ri, "OldGenerationTasks"))
-}
-
-func conditionMessage(ri *brewletv1.RuntimeImage, typ string) string {
-	for _, c := range ri.Status.Conditions {
-		if c.Type == typ {
-			return string(c.Status) + "/" + c.Reason + ": " + c.Message
-		}
-	}
-	return "absent"
+	t.Logf("node 0 (renewTime an hour ahead) not current after %s; OldGenerationTasks: %+v", time.Since(silentSince).Round(time.Second),
+		meta.FindStatusCondition(ri.Status.Conditions, string(vocab.ConditionOldGenerationTasks)))
 }

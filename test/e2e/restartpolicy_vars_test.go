@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 )
 
 // The two rotation-restart policies judge the same barrier; admission policies cannot share
@@ -14,20 +16,24 @@ func TestRestartPoliciesAgree(t *testing.T) {
 	first, _ := chartPolicyFromConfig(t, "operator-restarts.yaml", chartRestartsName)
 	second, _ := chartPolicyFromConfig(t, "operator-restarts.yaml", chartRestartsName+"-barrier")
 	norm := func(s string) string { return strings.Join(strings.Fields(s), " ") }
-	vars := map[string]string{}
-	for _, v := range first.Spec.Variables {
-		vars[v.Name] = norm(v.Expression)
+	varsOf := func(p *admissionregistrationv1.ValidatingAdmissionPolicy) map[string]string {
+		out := map[string]string{}
+		for _, v := range p.Spec.Variables {
+			out[v.Name] = norm(v.Expression)
+		}
+		return out
 	}
+	vars, secondVars := varsOf(first), varsOf(second)
 	// workload names the object in messages; the first policy also names subresources.
 	shared := 0
-	for _, v := range second.Spec.Variables {
-		want, ok := vars[v.Name]
-		if !ok || v.Name == "workload" {
+	for name, got := range secondVars {
+		want, ok := vars[name]
+		if !ok || name == "workload" {
 			continue
 		}
 		shared++
-		if got := norm(v.Expression); got != want {
-			t.Errorf("variable %s differs between the policies:\n  %s: %s\n  %s: %s", v.Name, first.Name, want, second.Name, got)
+		if got != want {
+			t.Errorf("variable %s differs between the policies:\n  %s: %s\n  %s: %s", name, first.Name, want, second.Name, got)
 		}
 	}
 	if shared < 10 {
@@ -47,10 +53,6 @@ func TestRestartPoliciesAgree(t *testing.T) {
 			}
 		}
 		return out
-	}
-	secondVars := map[string]string{}
-	for _, v := range second.Spec.Variables {
-		secondVars[v.Name] = norm(v.Expression)
 	}
 	a, b := clauses(vars), clauses(secondVars)
 	if len(a) != 2 || strings.Join(a, "\n") != strings.Join(b, "\n") {

@@ -55,10 +55,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.List(ctx, reports, client.MatchingFields{runtimeimage.IndexRuntimeID: t.ID}, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, err
 	}
-	beats := runtimeimage.Heartbeats{}
-	if r.Beats != nil {
-		beats = r.Beats.Heartbeats()
-	}
+	beats := r.Beats.Heartbeats()
 	now := r.now()
 	tasks := TasksOf(t, reports.Items, func(n string) bool { return beats.Fresh(n, now, r.staleAfter()) })
 	inFlight, err := r.inFlightElsewhere(ctx, ri.Name)
@@ -228,7 +225,7 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 		return nil, err
 	}
 	var out []Workload
-	// uses below is kept: it is what the index means, checked on what the cache returns.
+	// Opted in and running id (WorkloadRuntimeID).
 	byRuntime := client.MatchingFields{IndexWorkloadRuntimeID: id}
 	var deps appsv1.DeploymentList
 	if err := r.Client.List(ctx, &deps, byRuntime, client.UnsafeDisableDeepCopy); err != nil {
@@ -236,9 +233,6 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 	}
 	for i := range deps.Items {
 		d := &deps.Items[i]
-		if !uses(d.ObjectMeta, d.Spec.Template.ObjectMeta, id) {
-			continue
-		}
 		w := Workload{Kind: "Deployment", Namespace: d.Namespace, Name: d.Name,
 			Barrier: d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration], RolledOut: deploymentRolledOut(d)}
 		if d.Spec.Paused {
@@ -253,9 +247,6 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 	}
 	for i := range sets.Items {
 		s := &sets.Items[i]
-		if !uses(s.ObjectMeta, s.Spec.Template.ObjectMeta, id) {
-			continue
-		}
 		w := Workload{Kind: "StatefulSet", Namespace: s.Namespace, Name: s.Name,
 			Barrier: s.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration], RolledOut: statefulSetRolledOut(s)}
 		switch u := s.Spec.UpdateStrategy; {
@@ -273,9 +264,6 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 	}
 	for i := range dss.Items {
 		d := &dss.Items[i]
-		if !uses(d.ObjectMeta, d.Spec.Template.ObjectMeta, id) {
-			continue
-		}
 		w := Workload{Kind: "DaemonSet", Namespace: d.Namespace, Name: d.Name,
 			Barrier: d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration], RolledOut: daemonSetRolledOut(d),
 			NotApplicable: d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType}
@@ -283,11 +271,6 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 		out = append(out, w)
 	}
 	return out, nil
-}
-
-// uses: the workload opted in on its object and its pods run runtime id.
-func uses(obj, template metav1.ObjectMeta, id string) bool {
-	return obj.Annotations[vocab.AnnotationRestartOnRotation] == "true" && template.Annotations[vocab.AnnotationRuntimeImage] == id
 }
 
 // podsOf is what Decide reads of the workload's pods.

@@ -55,16 +55,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options, beats *runtimeim
 	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("brewlet-operator"),
 		Policy: p, Beats: beats}
 	byTemplate := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		var ann map[string]string
-		switch w := o.(type) {
-		case *appsv1.Deployment:
-			ann = w.Spec.Template.Annotations
-		case *appsv1.StatefulSet:
-			ann = w.Spec.Template.Annotations
-		case *appsv1.DaemonSet:
-			ann = w.Spec.Template.Annotations
-		}
-		return request(ann[vocab.AnnotationRuntimeImage])
+		return request(templateRuntimeID(o))
 	})
 	byPod := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return request(o.GetAnnotations()[vocab.AnnotationRuntimeImage])

@@ -39,8 +39,18 @@ func PodRuntimeID(o client.Object) []string {
 // every workload of the cluster.
 const IndexWorkloadRuntimeID = "spec.template.metadata.annotations.runtime-image.opted-in"
 
-// WorkloadRuntimeID is the index function of IndexWorkloadRuntimeID.
+// WorkloadRuntimeID is the index function of IndexWorkloadRuntimeID. The index is exact:
+// a pass takes what it returns without checking again.
 func WorkloadRuntimeID(o client.Object) []string {
+	if id := templateRuntimeID(o); id != "" && o.GetAnnotations()[vocab.AnnotationRestartOnRotation] == "true" {
+		return []string{id}
+	}
+	return nil
+}
+
+// templateRuntimeID is the runtime a workload's pod template names ("" for none, or for
+// anything but a Deployment, StatefulSet or DaemonSet).
+func templateRuntimeID(o client.Object) string {
 	var tmpl map[string]string
 	switch w := o.(type) {
 	case *appsv1.Deployment:
@@ -50,10 +60,7 @@ func WorkloadRuntimeID(o client.Object) []string {
 	case *appsv1.DaemonSet:
 		tmpl = w.Spec.Template.Annotations
 	}
-	if id := tmpl[vocab.AnnotationRuntimeImage]; id != "" && o.GetAnnotations()[vocab.AnnotationRestartOnRotation] == "true" {
-		return []string{id}
-	}
-	return nil
+	return tmpl[vocab.AnnotationRuntimeImage]
 }
 
 // A pass is a few hundred milliseconds of work on a large fleet and every restart slot waits

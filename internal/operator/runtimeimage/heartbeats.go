@@ -105,8 +105,12 @@ func (c *HeartbeatClock) Observe(node string, renewTime time.Time) {
 	}
 }
 
-// Heartbeats are the nodes' last renewals on the operator's clock.
+// Heartbeats are the nodes' last renewals on the operator's clock (none for a nil clock:
+// every node stale).
 func (c *HeartbeatClock) Heartbeats() Heartbeats {
+	if c == nil {
+		return Heartbeats{}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make(Heartbeats, len(c.seen))

@@ -138,10 +138,7 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) error
 	if err != nil {
 		return err
 	}
-	beats, err := r.heartbeats(ctx)
-	if err != nil {
-		return err
-	}
+	beats := r.Beats.Heartbeats()
 	now := r.now()
 	d := Decide(ri, reports.Items, budget, func(node string) bool { return beats.Fresh(node, now.Time, r.staleAfter()) }, now)
 	if d.AddFinalizer {
@@ -206,14 +203,6 @@ func (r *Reconciler) failureBudget(ctx context.Context, id string) (int, error) 
 		budget = rollout.DefaultMaxFailures
 	}
 	return budget, nil
-}
-
-// heartbeats are the nodes' last renewals (HeartbeatClock).
-func (r *Reconciler) heartbeats(context.Context) (Heartbeats, error) {
-	if r.Beats == nil {
-		return Heartbeats{}, nil
-	}
-	return r.Beats.Heartbeats(), nil
 }
 
 // staleAfter is how long a node's heartbeat may be old before its report is shown as not
