@@ -50,10 +50,13 @@ RACE_E2E := ^Test(Agent|WriterLease)
 test-unit:
 	go test -count=1 -race $(GO_TEST_FLAGS) ./api/... ./internal/... ./cmd/...
 
-## test-e2e: tests against the real control plane and node (needs root); the agent's under -race
+## test-e2e: tests against the real control plane and node (needs root); the agent's under -race.
+## Each test binary runs its nodes in a mount namespace of its own (test/framework/mountns_linux.go)
+## whose root is shared in the main tier (as on systemd nodes, and as `make demo` runs) and
+## private in the agent's tier, whatever this machine's root is.
 test-e2e: build
-	go test -count=1 $(GO_TEST_FLAGS) -timeout 45m -p 1 -skip '$(RACE_E2E)' ./test/...
-	go test -count=1 -race $(GO_TEST_FLAGS) -timeout 30m -p 1 -run '$(RACE_E2E)' ./test/e2e/
+	BREWLET_NODE_ROOT=shared go test -count=1 $(GO_TEST_FLAGS) -timeout 45m -p 1 -skip '$(RACE_E2E)' ./test/...
+	BREWLET_NODE_ROOT=private go test -count=1 -race $(GO_TEST_FLAGS) -timeout 30m -p 1 -run '$(RACE_E2E)|^TestNodeMountNamespace$$' ./test/e2e/
 
 ## test: everything CI runs, from a fresh machine: tools, generated files, lint, all tiers
 test: tools verify-generated lint test-unit test-e2e

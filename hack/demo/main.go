@@ -32,6 +32,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "demo: run as root: the cluster's node runs containerd, runc and a kubelet")
 		os.Exit(1)
 	}
+	if os.Args[1] == "up" {
+		// The node runs in a mount namespace of its own whose root is shared, as on a real
+		// node, whatever this machine's root is (make down needs no namespace: it kills the
+		// processes, and the namespace with its mounts goes with the last of them).
+		framework.EnterNodeMountNamespace()
+	}
 	dir := os.Getenv("BREWLET_DEMO_DIR")
 	if dir == "" {
 		dir = "/tmp/brewlet-demo"

@@ -94,8 +94,15 @@ func target(id string, offered map[string]string, ri *brewletv1.RuntimeImage, d 
 	if ri.DeletionTimestamp != nil {
 		return revoke(vocab.ReasonRuntimeImageRevoked, "RuntimeImage %s is being deleted", id)
 	}
-	if c := meta.FindStatusCondition(ri.Status.Conditions, string(vocab.ConditionApproved)); c != nil && c.Status == metav1.ConditionFalse {
-		return revoke(vocab.ReasonRuntimeImageRevoked, "RuntimeImage %s is not approved: %s", id, c.Message)
+	// The kill switch works without brewlet-operator: the node reads spec.revoked itself, so
+	// an operator that is down (or slow to write Approved=False) cannot keep a revoked
+	// runtime authorized.
+	if ri.Spec.Revoked {
+		return revoke(vocab.ReasonRuntimeImageRevoked, "RuntimeImage %s is revoked (spec.revoked is true): no new container starts with it; set spec.revoked to false to re-approve", id)
+	}
+	approved := meta.FindStatusCondition(ri.Status.Conditions, string(vocab.ConditionApproved))
+	if approved != nil && approved.Status == metav1.ConditionFalse {
+		return revoke(vocab.ReasonRuntimeImageRevoked, "RuntimeImage %s is not approved: %s", id, approved.Message)
 	}
 	if d.Quarantine {
 		return revoke(vocab.ReasonRuntimeImageRevoked, "the operator quarantined %s on this node: %s", id, d.QuarantineReason)
@@ -103,6 +110,12 @@ func target(id string, offered map[string]string, ri *brewletv1.RuntimeImage, d 
 	st := ri.Status
 	if st.Generation < 1 || string(st.Epoch) != string(ri.UID) || st.Digest == "" {
 		return revoke(vocab.ReasonRuntimeImageNotInstalled, "RuntimeImage %s has no generation assigned by brewlet-operator yet", id)
+	}
+	// brewlet-operator writes Approved with every generation it assigns: a generation
+	// without Approved=True (condition removed, Unknown, a status written by someone else)
+	// is not an approval.
+	if approved == nil || approved.Status != metav1.ConditionTrue {
+		return revoke(vocab.ReasonRuntimeImageRevoked, "RuntimeImage %s carries no Approved=True condition from brewlet-operator for generation %d: not approved; check that brewlet-operator runs (kubectl get runtimeimage %s -o yaml)", id, st.Generation, id)
 	}
 	t.Epoch, t.Generation, t.UID, t.GID = string(ri.UID), st.Generation, ri.Spec.User.UID, ri.Spec.User.GID
 	if d.AllowedGeneration > 0 && st.Generation > d.AllowedGeneration {

@@ -72,8 +72,9 @@ func TestTargets(t *testing.T) {
 	const dg = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 	ri := func(mut func(*brewletv1.RuntimeImage)) map[string]*brewletv1.RuntimeImage {
 		r := &brewletv1.RuntimeImage{ObjectMeta: metav1.ObjectMeta{Name: "py", UID: "u1"},
-			Spec:   brewletv1.RuntimeImageSpec{Source: brewletv1.RuntimeImageSource{Image: "reg/rt/py@" + dg}, User: brewletv1.RuntimeUser{UID: 10, GID: 11}},
-			Status: brewletv1.RuntimeImageStatus{Epoch: "u1", Generation: 3, Digest: dg}}
+			Spec: brewletv1.RuntimeImageSpec{Source: brewletv1.RuntimeImageSource{Image: "reg/rt/py@" + dg}, User: brewletv1.RuntimeUser{UID: 10, GID: 11}},
+			Status: brewletv1.RuntimeImageStatus{Epoch: "u1", Generation: 3, Digest: dg,
+				Conditions: []metav1.Condition{{Type: "Approved", Status: metav1.ConditionTrue}}}}
 		if mut != nil {
 			mut(r)
 		}
@@ -96,6 +97,14 @@ func TestTargets(t *testing.T) {
 		{"unapproved", &p, ri(func(r *brewletv1.RuntimeImage) {
 			r.Status.Conditions = []metav1.Condition{{Type: "Approved", Status: metav1.ConditionFalse, Message: "CVE"}}
 		}), brewletv1.NodeRuntimeSpec{}, nil, true, vocab.ReasonRuntimeImageRevoked, 0, ""},
+		// Revocation fails closed without the operator: the spec is read on the node, and
+		// a generation without Approved=True is not approved.
+		{"revoked in spec, operator has not written Approved=False", &p, ri(func(r *brewletv1.RuntimeImage) { r.Spec.Revoked = true }), brewletv1.NodeRuntimeSpec{}, nil, true, vocab.ReasonRuntimeImageRevoked, 0, ""},
+		{"no Approved condition", &p, ri(func(r *brewletv1.RuntimeImage) { r.Status.Conditions = nil }), brewletv1.NodeRuntimeSpec{}, nil, true, vocab.ReasonRuntimeImageRevoked, 0, ""},
+		{"Approved Unknown", &p, ri(func(r *brewletv1.RuntimeImage) {
+			r.Status.Conditions = []metav1.Condition{{Type: "Approved", Status: metav1.ConditionUnknown}}
+		}), brewletv1.NodeRuntimeSpec{}, nil, true, vocab.ReasonRuntimeImageRevoked, 0, ""},
+		{"no generation yet, no condition yet", &p, ri(func(r *brewletv1.RuntimeImage) { r.Status = brewletv1.RuntimeImageStatus{} }), brewletv1.NodeRuntimeSpec{}, nil, true, vocab.ReasonRuntimeImageNotInstalled, 0, ""},
 		{"deleting", &p, ri(func(r *brewletv1.RuntimeImage) { now := metav1.Now(); r.DeletionTimestamp = &now }), brewletv1.NodeRuntimeSpec{}, nil, true, vocab.ReasonRuntimeImageRevoked, 0, ""},
 		{"stale epoch in status", &p, ri(func(r *brewletv1.RuntimeImage) { r.Status.Epoch = "old" }), brewletv1.NodeRuntimeSpec{}, nil, true, vocab.ReasonRuntimeImageNotInstalled, 0, ""},
 		{"no longer offered", nil, ri(nil), brewletv1.NodeRuntimeSpec{}, []string{"py"}, true, vocab.ReasonRuntimeImageRevoked, 0, ""},

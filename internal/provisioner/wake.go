@@ -39,18 +39,20 @@ func nodeRuntimeKey(o any) (string, any, bool) {
 	return n.Name, n.Generation, true
 }
 
-// runtimeImageKey changes with what authorizations depend on: approval, epoch, generation.
+// runtimeImageKey changes with what authorizations depend on: the kill switch (read by the
+// node itself, so revocation needs no operator), approval, epoch, generation.
 func runtimeImageKey(o any) (string, any, bool) {
 	ri, ok := o.(*brewletv1.RuntimeImage)
 	if !ok {
 		return "", nil, false
 	}
 	type key struct {
+		Revoked    bool
 		Approved   bool
 		Epoch      string
 		Generation int64
 	}
-	return ri.Name, key{meta.IsStatusConditionTrue(ri.Status.Conditions, string(vocab.ConditionApproved)), string(ri.Status.Epoch), ri.Status.Generation}, true
+	return ri.Name, key{ri.Spec.Revoked, meta.IsStatusConditionTrue(ri.Status.Conditions, string(vocab.ConditionApproved)), string(ri.Status.Epoch), ri.Status.Generation}, true
 }
 
 func (w Wakeup) loop(ctx context.Context, wake chan<- struct{}, list client.ObjectList, opts []client.ListOption, key func(any) (string, any, bool)) {

@@ -398,7 +398,7 @@ func chartCheckCommonWith(t *testing.T, rc chartObjects, ns, leaseName string, r
 	pr := &rbacv1.ClusterRole{}
 	rc.decode(t, "ClusterRole", "brewlet-provisioner", pr)
 	chartWantVerbs(t, "provisioner", pr.Rules, "", "nodes", "get", "list", "watch", "patch", "update")
-	chartWantVerbs(t, "provisioner", pr.Rules, "node.brewlet.sh", "noderuntimes", "get", "list", "watch", "create", "update")
+	chartWantVerbs(t, "provisioner", pr.Rules, "node.brewlet.sh", "noderuntimes", "get", "list", "watch", "create")
 	chartWantVerbs(t, "provisioner", pr.Rules, "node.brewlet.sh", "noderuntimes/status", "get", "update", "patch")
 	chartWantVerbs(t, "provisioner", pr.Rules, "node.brewlet.sh", "nodeprofiles", "get", "list", "watch")
 	chartWantVerbs(t, "provisioner", pr.Rules, "node.brewlet.sh", "runtimeimages", "get", "list", "watch")
@@ -1143,6 +1143,9 @@ func TestChartOnAPIServer(t *testing.T) {
 	ctrl := true
 	n1 := &corev1.Node{}
 	must(agent.Get(ctx, client.ObjectKey{Name: "n1"}, n1))
+	expectDenied(t, agent.Create(ctx, &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Spec: brewletv1.NodeRuntimeSpec{Runtimes: []brewletv1.RuntimeDirective{{ID: "python-3.12", Install: "Eager", AllowedGeneration: 1}}}}),
+		"only with an empty spec")
 	if err := agent.Create(ctx, &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n1",
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "n1", UID: n1.UID, Controller: &ctrl}}}}); err != nil {
 		t.Fatalf("agent could not create its own NodeRuntime: %v", err)
@@ -1174,6 +1177,34 @@ func TestChartOnAPIServer(t *testing.T) {
 	}
 	if err := agent.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "default"}}); !apierrors.IsForbidden(err) {
 		t.Errorf("agent creating a Lease outside its namespace: %v, want forbidden", err)
+	}
+	// One step beyond its own Lease: another node's (taking it would stop that node's
+	// authorizations), the operator's leader Lease (no controller would run again), any
+	// other name; and the spec of its own NodeRuntime (the operator's).
+	expectDenied(t, agent.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "brewlet-provisioner-n2", Namespace: ns}}),
+		"agents write only their own node (brewlet-provisioner-n1)")
+	expectDenied(t, agent.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "unrelated", Namespace: ns}}),
+		"agents write only their own node (brewlet-provisioner-n1)")
+	opLease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "brewlet-operator", Namespace: ns}}
+	must(c.Create(ctx, opLease))
+	var stolen coordinationv1.Lease
+	must(agent.Get(ctx, client.ObjectKeyFromObject(opLease), &stolen))
+	thief := "agent-n1"
+	stolen.Spec.HolderIdentity = &thief
+	expectDenied(t, agent.Update(ctx, &stolen), "agents write only their own node (brewlet-provisioner-n1)")
+	if err := agent.Delete(ctx, &stolen); !apierrors.IsForbidden(err) {
+		t.Errorf("agent deleting the operator's leader Lease: %v, want forbidden (RBAC grants no delete of Leases)", err)
+	}
+	other := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "brewlet-provisioner-n2", Namespace: ns}}
+	must(c.Create(ctx, other))
+	must(agent.Get(ctx, client.ObjectKeyFromObject(other), other))
+	other.Spec.HolderIdentity = &thief
+	expectDenied(t, agent.Update(ctx, other), "agents write only their own node (brewlet-provisioner-n1)")
+	var own brewletv1.NodeRuntime
+	must(agent.Get(ctx, client.ObjectKey{Name: "n1"}, &own))
+	own.Spec.Runtimes = []brewletv1.RuntimeDirective{{ID: "python-3.12", Install: "Eager", Quarantine: true}}
+	if err := agent.Update(ctx, &own); !apierrors.IsForbidden(err) {
+		t.Errorf("agent updating its own NodeRuntime's spec: %v, want forbidden (RBAC grants no update of noderuntimes)", err)
 	}
 	// A token of the same service account without the pod binding has no node claim.
 	expectDenied(t, writeStatus(ctx, saClient(t, cp.Config, ns, sa, nil), "n1"), "no node claim")
@@ -1207,7 +1238,8 @@ func TestChartOnAPIServer(t *testing.T) {
 		{[]string{"update", "runtimeimages.node.brewlet.sh", "--subresource=finalizers"}, "yes"},
 		{[]string{"delete", "runtimeimages.node.brewlet.sh"}, "no"},
 		{[]string{"patch", "nodes"}, "no"},
-		{[]string{"delete", "runtimeclasses.node.k8s.io"}, "yes"},
+		{[]string{"delete", "runtimeclasses.node.k8s.io/brewlet"}, "yes"},
+		{[]string{"delete", "runtimeclasses.node.k8s.io/kata"}, "no"},
 		{[]string{"update", "mutatingwebhookconfigurations/" + admission.ConfigurationName}, "yes"},
 		{[]string{"update", "mutatingwebhookconfigurations/other"}, "no"},
 		{[]string{"get", "secrets/" + admission.SecretName, "-n", ns}, "yes"},
@@ -1227,6 +1259,7 @@ func TestChartOnAPIServer(t *testing.T) {
 			t.Errorf("operator can-i %v: %q, want %q", q.args, got, q.want)
 		}
 	}
+	t.Run("the operator's token one step beyond its job", func(t *testing.T) { chartOperatorAttacks(t, cp) })
 }
 
 // chartOperatorUnderRBAC runs the brewlet-operator binary as its own process (the flags

@@ -91,14 +91,19 @@ func (f *Flow) chartValues() map[string]any {
 // containerdValues leave containerd as the node ships it (the handler registered, the shim
 // installed: mode none), or, on a cluster started with AgentRegistersHandler, let the
 // agent register the handler as on a stock node: mode validated with the machine's
-// containerd and restart command run chrooted into the node's root (a private mount here:
-// propagation None).
+// containerd and restart command run chrooted into the node's root. The chart's default
+// propagation (HostToContainer) needs the node's root shared, as the harness makes it by
+// default; a run with a private node root (framework.NodeRoot) sets None, as such a node's
+// operator must.
 func (f *Flow) containerdValues() map[string]any {
 	v := map[string]any{"restart": string(f.containerdMode()), "config": f.C.ContainerdConfig,
 		"socket": f.C.ContainerdSocket, "shimDir": ""}
 	if f.C.ContainerdRestartCommand != "" {
 		v["binary"], v["restartCommand"] = f.C.ContainerdBinary, f.C.ContainerdRestartCommand
-		v["runOnHost"], v["hostRootPropagation"] = true, "None"
+		v["runOnHost"] = true
+		if framework.NodeRoot() == "private" {
+			v["hostRootPropagation"] = "None"
+		}
 	}
 	return v
 }

@@ -15,10 +15,12 @@ import (
 // Main runs a package's tests so that harness components never outlive them: it first
 // removes what killed earlier runs left behind, cleans up on SIGINT/SIGTERM, and shortly
 // before go test's own -timeout would abort the binary (skipping every t.Cleanup) it dumps
-// the goroutines, cleans up and fails the run itself.
+// the goroutines, cleans up and fails the run itself. The tests run in a mount namespace of
+// their own (EnterNodeMountNamespace).
 //
 //	func TestMain(m *testing.M) { framework.Main(m) }
 func Main(m *testing.M) {
+	EnterNodeMountNamespace()
 	flag.Parse()
 	for _, err := range Sweep() {
 		fmt.Fprintf(os.Stderr, "framework: removing leftovers of an earlier run: %v\n", err)

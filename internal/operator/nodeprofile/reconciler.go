@@ -56,8 +56,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if d.AddFinalizer {
 		// Before any node is served: every change this profile leads to is then held
 		// until its cleanup is done.
-		controllerutil.AddFinalizer(p, vocab.FinalizerCleanup)
-		if err := r.Client.Update(ctx, p); err != nil {
+		if err := patchFinalizers(ctx, r.Client, p, func() { controllerutil.AddFinalizer(p, vocab.FinalizerCleanup) }); err != nil {
 			return reconcile.Result{RequeueAfter: conflictRetry}, client.IgnoreNotFound(ignoreConflict(err))
 		}
 		return reconcile.Result{}, nil // the update wakes the next pass
@@ -65,8 +64,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	err = r.write(ctx, p, in, d)
 	if err == nil && d.ReleaseFinalizer {
 		// No node owes this profile anything: the deletion completes.
-		controllerutil.RemoveFinalizer(p, vocab.FinalizerCleanup)
-		err = r.Client.Update(ctx, p)
+		err = patchFinalizers(ctx, r.Client, p, func() { controllerutil.RemoveFinalizer(p, vocab.FinalizerCleanup) })
 	}
 	switch {
 	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err):
@@ -206,4 +204,14 @@ func (r *Reconciler) now() metav1.Time {
 		return r.Now()
 	}
 	return metav1.Now()
+}
+
+// patchFinalizers writes only the finalizers edit makes, guarded by the object's
+// resourceVersion: the operator may change nothing else of a NodeProfile (the policy
+// brewlet-operator-scope), and a cache behind the API server then ends in a conflict, not in
+// a stale spec sent back.
+func patchFinalizers(ctx context.Context, c client.Client, p *brewletv1.NodeProfile, edit func()) error {
+	before := p.DeepCopy()
+	edit()
+	return c.Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 }

@@ -122,8 +122,11 @@ func TargetOf(ri *brewletv1.RuntimeImage) (Target, bool) {
 
 // Tasks are what the nodes' reports show for one runtime ID.
 type Tasks struct {
-	// ByPod: pod UID -> its containers' tasks (other epochs count as older).
-	ByPod map[types.UID][]brewletv1.NodeTask
+	// ByPod: a pod on the node that reported it -> its containers' tasks (other epochs
+	// count as older). A node speaks only for its own pods: what node A says about a pod
+	// bound to node B is never read, so one node cannot hold back or force restarts of
+	// workloads elsewhere.
+	ByPod map[PodOnNode][]brewletv1.NodeTask
 	// Trusted are the nodes whose report is complete and whose agent is alive: what they
 	// do not list does not run there.
 	Trusted map[string]bool
@@ -133,12 +136,18 @@ type Tasks struct {
 	Unsettled map[string]string
 }
 
+// PodOnNode names a pod as the node that runs it reports it.
+type PodOnNode struct {
+	Node string
+	UID  types.UID
+}
+
 // TasksOf collects the ID's tasks from complete reports of nodes whose agent is alive
 // (fresh); a stale or incomplete report proves nothing, so its node's pods count as
 // unreported. It also notes the nodes that report the ID in the target's epoch without
 // serving the target.
 func TasksOf(t Target, reports []brewletv1.NodeRuntime, fresh func(node string) bool) Tasks {
-	out := Tasks{ByPod: map[types.UID][]brewletv1.NodeTask{}, Trusted: map[string]bool{}, Unsettled: map[string]string{}}
+	out := Tasks{ByPod: map[PodOnNode][]brewletv1.NodeTask{}, Trusted: map[string]bool{}, Unsettled: map[string]string{}}
 	rt := rollout.Target{Epoch: t.Epoch, Generation: t.Generation}
 	for i := range reports {
 		r := &reports[i]
@@ -166,7 +175,8 @@ func TasksOf(t Target, reports []brewletv1.NodeRuntime, fresh func(node string) 
 		out.Trusted[r.Name] = true
 		for _, task := range r.Status.Tasks {
 			if task.ID == t.ID {
-				out.ByPod[task.PodUID] = append(out.ByPod[task.PodUID], task)
+				k := PodOnNode{Node: r.Name, UID: task.PodUID}
+				out.ByPod[k] = append(out.ByPod[k], task)
 			}
 		}
 	}
@@ -199,7 +209,7 @@ func needsRestart(w Workload, t Target, tasks Tasks) bool {
 			}
 			continue
 		}
-		for _, task := range tasks.ByPod[p.UID] {
+		for _, task := range tasks.ByPod[PodOnNode{Node: p.Node, UID: p.UID}] {
 			if task.Epoch != t.Epoch || task.Generation < t.Generation {
 				return true
 			}

@@ -35,13 +35,14 @@ func pod(uid string, created time.Time) Pod {
 
 // running: node "n" reports (fresh, complete) these pods on these generations.
 func running(gens map[string]int64) Tasks {
-	t := Tasks{ByPod: map[types.UID][]brewletv1.NodeTask{}, Trusted: map[string]bool{"n": true}}
+	t := Tasks{ByPod: map[PodOnNode][]brewletv1.NodeTask{}, Trusted: map[string]bool{"n": true}}
 	for uid, g := range gens {
 		e := epoch
 		if g < 0 { // a previous epoch
 			e, g = "e-0", -g
 		}
-		t.ByPod[types.UID(uid)] = append(t.ByPod[types.UID(uid)], brewletv1.NodeTask{PodUID: types.UID(uid), ID: "python", Epoch: e, Generation: g})
+		k := PodOnNode{Node: "n", UID: types.UID(uid)}
+		t.ByPod[k] = append(t.ByPod[k], brewletv1.NodeTask{PodUID: types.UID(uid), ID: "python", Epoch: e, Generation: g})
 	}
 	return t
 }
@@ -183,7 +184,7 @@ func TestTasksOfTrustsOnlyFreshCompleteReports(t *testing.T) {
 	}
 	tasks := TasksOf(target, []brewletv1.NodeRuntime{rep("fresh", true), rep("stale", true), rep("incomplete", false)},
 		func(n string) bool { return n != "stale" })
-	if len(tasks.ByPod) != 1 || len(tasks.ByPod["pod-fresh"]) != 1 || !tasks.Trusted["fresh"] || len(tasks.Trusted) != 1 {
+	if len(tasks.ByPod) != 1 || len(tasks.ByPod[PodOnNode{"fresh", "pod-fresh"}]) != 1 || !tasks.Trusted["fresh"] || len(tasks.Trusted) != 1 {
 		t.Fatalf("tasks %+v: only the fresh, complete node's python task counts", tasks)
 	}
 	// The stale node's pod is then unreported: restarted when older than the completion.
@@ -290,5 +291,33 @@ func TestTasksOfNotesUnsettledNodes(t *testing.T) {
 	slices.Sort(names)
 	if strings.Join(names, ",") != "failed,installing,waiting" || !strings.Contains(got["failed"], "LayerPathViolation") {
 		t.Fatalf("unsettled %v", got)
+	}
+}
+
+// A node speaks only for the pods bound to it: node "liar" reporting a pod of node "n" on an
+// old generation forces no restart, and reporting it current hides nothing.
+func TestTasksOfReadsANodeOnlyForItsOwnPods(t *testing.T) {
+	rep := func(node string, uid string, gen int64) brewletv1.NodeRuntime {
+		n := brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: node}}
+		n.Status.Complete = true
+		n.Status.Tasks = []brewletv1.NodeTask{{PodUID: types.UID(uid), ID: "python", Epoch: epoch, Generation: gen}}
+		return n
+	}
+	fresh := func(string) bool { return true }
+	onN := Pod{UID: "p1", Node: "n", Created: before}
+	for _, tc := range []struct {
+		name    string
+		reports []brewletv1.NodeRuntime
+		restart bool
+	}{
+		{"another node claims the pod runs an old generation", []brewletv1.NodeRuntime{rep("n", "p1", target.Generation), rep("liar", "p1", 1)}, false},
+		{"another node claims the pod is current, its own node says old", []brewletv1.NodeRuntime{rep("n", "p1", 1), rep("liar", "p1", target.Generation)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tasks := TasksOf(target, tc.reports, fresh)
+			if got := needsRestart(wl("a", onN), target, tasks); got != tc.restart {
+				t.Fatalf("needsRestart = %v, want %v (tasks %+v)", got, tc.restart, tasks.ByPod)
+			}
+		})
 	}
 }

@@ -142,8 +142,9 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) error
 	now := r.now()
 	d := Decide(ri, reports.Items, budget, func(node string) bool { return beats.Fresh(node, now.Time, r.staleAfter()) }, now)
 	if d.AddFinalizer {
-		controllerutil.AddFinalizer(ri, vocab.FinalizerRevocation)
-		if err := r.write(ri, func() error { return r.Client.Update(ctx, ri) }); err != nil {
+		if err := r.write(ri, func() error {
+			return patchFinalizers(ctx, r.Client, ri, func() { controllerutil.AddFinalizer(ri, vocab.FinalizerRevocation) })
+		}); err != nil {
 			return err
 		}
 	}
@@ -172,8 +173,7 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) error
 	if holders := Holders(ri.Name, ri.UID, fresh.Items); len(holders) > 0 {
 		return fmt.Errorf("%s epoch %s is still held by node(s) %v (the cache was behind)", ri.Name, ri.UID, holders)
 	}
-	controllerutil.RemoveFinalizer(ri, vocab.FinalizerRevocation)
-	if err := r.Client.Update(ctx, ri); err != nil {
+	if err := patchFinalizers(ctx, r.Client, ri, func() { controllerutil.RemoveFinalizer(ri, vocab.FinalizerRevocation) }); err != nil {
 		return err
 	}
 	forget(ri.Name)
@@ -244,4 +244,14 @@ func Requests(_ context.Context, o client.Object) []reconcile.Request {
 		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: id}})
 	}
 	return out
+}
+
+// patchFinalizers writes only the finalizers edit makes, guarded by the object's
+// resourceVersion: the operator may change nothing else of a RuntimeImage (the policy
+// brewlet-operator-scope), and a cache behind the API server then ends in a conflict, not in
+// a stale spec sent back.
+func patchFinalizers(ctx context.Context, c client.Client, ri *brewletv1.RuntimeImage, edit func()) error {
+	before := ri.DeepCopy()
+	edit()
+	return c.Patch(ctx, ri, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 }
