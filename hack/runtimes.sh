@@ -302,7 +302,7 @@ build_static() {
     unpack "$r" "${pins[@]}"
     ca_bundle "$r"
     rm -rf "$r/usr/sbin" "$r/usr/share/ca-certificates" "$r/etc/ca-certificates" "$r/etc/ca-certificates.conf"
-    # No account files and no /etc/passwd: the numeric user runs as is (SPEC §5.2).
+    # No account files and no /etc/passwd: the numeric user runs as is (docs/runtimes.md, "What the rules refuse").
     mkdir -p "$meta/tmp"
     chmod 1777 "$meta/tmp"
     release_file "$meta" "$g" static "${pins[@]}"

@@ -171,7 +171,7 @@ func readBounded(p string) ([]byte, error) {
 	return b, nil
 }
 
-// User is the runtime's identity for applications, as SPEC's RuntimeImage.spec.user.
+// User is the runtime's identity for applications, as RuntimeImage.spec.user (api/v1alpha1) names it.
 type User struct{ UID, GID int64 }
 
 // Result is what validation learned about a valid runtime.

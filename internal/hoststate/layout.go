@@ -19,7 +19,7 @@ type Layout struct {
 	Run      string // /run/brewlet: startup fence (tmpfs: cleared by a reboot)
 }
 
-// DefaultLayout is the production layout of SPEC.md §5.1.
+// DefaultLayout is the production layout (docs/provisioner.md, "Host layout").
 var DefaultLayout = Layout{Runtimes: "/opt/brewlet/runtimes", State: "/var/lib/brewlet", Run: "/run/brewlet"}
 
 // Under returns a layout with all three roots below dir (tests, alternative prefixes).

@@ -61,7 +61,7 @@ func Main(ctx context.Context, o Options) error {
 		return fmt.Errorf("--containerd-restart must be validated or none, not %q", o.ContainerdRestart)
 	}
 	// Refused before anything runs: a TTL above the cap would keep a disconnected node
-	// starting containers for longer than SPEC.md §5.3 allows.
+	// starting containers for longer than MaxAuthTTL allows.
 	if err := ValidateTiming(o.AuthTTL, o.Period); err != nil {
 		return err
 	}

@@ -6,7 +6,7 @@ import (
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
-// MaxAuthTTL caps an authorization's lifetime (SPEC.md §5.3): a node cut off from the API
+// MaxAuthTTL caps an authorization's lifetime: a node cut off from the API
 // server stops starting containers within five minutes, whatever it was configured with.
 const MaxAuthTTL = 5 * time.Minute
 

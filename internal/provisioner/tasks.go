@@ -260,7 +260,7 @@ func observeTasks(ctx context.Context, src TaskSource, layout hoststate.Layout) 
 	return o
 }
 
-// reportTasks reconciles the leases against containerd (SPEC.md §3.3): it releases the
+// reportTasks reconciles the leases against containerd (docs/provisioner.md, "Task report"): it releases the
 // leases of containers containerd no longer has (as the node's writer only), and returns the
 // tasks to report and whether the report is complete.
 func (a *Agent) reportTasks(ctx context.Context) ([]brewletv1.NodeTask, bool) {

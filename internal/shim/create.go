@@ -192,7 +192,7 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 }
 
 // maxOnDemandWait is the longest a container start waits for an OnDemand install
-// (SPEC.md §6): the kubelet retries, and a create must never hang on a slow registry.
+// (docs/shim.md, "Create"): the kubelet retries, and a create must never hang on a slow registry.
 const maxOnDemandWait = 30 * time.Second
 
 // onDemandWait is the configured wait, never above maxOnDemandWait.

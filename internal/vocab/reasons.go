@@ -9,7 +9,8 @@ import (
 // (CRI errors, conditions, events, CLI exits) carries exactly one of these.
 type Reason string
 
-// Reasons of SPEC.md, grouped by where they arise.
+// Reasons, grouped by where they arise (docs/provisioner.md, docs/shim.md and
+// docs/operator.md say when each is given).
 const (
 	// Configuration (operator, admission).
 	ReasonPoolConflict        Reason = "PoolConflict"

@@ -21,7 +21,7 @@ import (
 	"brewlet.sh/brewlet/internal/provisioner"
 )
 
-// The node report is reconciled against containerd's live tasks (SPEC.md §3.3): a Brewlet
+// The node report is reconciled against containerd's live tasks (docs/provisioner.md, "Task report"): a Brewlet
 // container running through CRI is reported as a task; a lease left behind by a container
 // containerd no longer has is released by the agent and no longer reported, and the report
 // stays complete; with containerd unreachable every lease is reported as it is and the

@@ -1,13 +1,12 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -28,7 +27,7 @@ func TestNodeMountNamespace(t *testing.T) {
 		t.Fatalf("tests run in the machine's mount namespace (%q): the harness must give them their own", self)
 	}
 	want := framework.NodeRoot()
-	if got := rootPropagation(t, "/proc/self/mountinfo"); got != want {
+	if got := rootPropagation(t); got != want {
 		t.Fatalf("root propagation here is %s, want %s (%s)", got, want, framework.NodeRootEnv)
 	}
 	// A mount made here stays here.
@@ -69,39 +68,22 @@ func TestNodeMountNamespace(t *testing.T) {
 	}
 }
 
-// rootPropagation reads the propagation of "/" from a mountinfo file: "shared", "slave" or
-// "private".
-func rootPropagation(t *testing.T, file string) string {
+// rootPropagation is the propagation of "/" in this mount namespace: "shared", "slave" or
+// "private" (the last mount on "/" is the visible one).
+func rootPropagation(t *testing.T) string {
 	t.Helper()
-	f, err := os.Open(filepath.Clean(file))
-	if err != nil {
-		t.Fatal(err)
+	mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter("/"))
+	if err != nil || len(mounts) == 0 {
+		t.Fatalf("no mount on / (%v)", err)
 	}
-	defer func() { _ = f.Close() }()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	prop := ""
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 7 || fields[4] != "/" {
-			continue
+	prop := "private"
+	for _, opt := range strings.Fields(mounts[len(mounts)-1].Optional) {
+		switch {
+		case strings.HasPrefix(opt, "shared:"):
+			return "shared"
+		case strings.HasPrefix(opt, "master:"):
+			prop = "slave"
 		}
-		prop = "private" // the last mount on "/" is the visible one
-		for _, opt := range fields[6:] {
-			if opt == "-" {
-				break
-			}
-			if strings.HasPrefix(opt, "shared:") {
-				prop = "shared"
-				break
-			}
-			if strings.HasPrefix(opt, "master:") {
-				prop = "slave"
-			}
-		}
-	}
-	if prop == "" {
-		t.Fatalf("no mount on / in %s", file)
 	}
 	return prop
 }

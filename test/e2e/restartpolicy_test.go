@@ -24,7 +24,7 @@ import (
 
 // The operator's rights on workloads, judged by a real API server with the operator's own
 // service-account token: the chart's restart RBAC and its ValidatingAdmissionPolicy
-// brewlet-operator-restarts (SPEC §9) let it set the pod-template barrier of opted-in
+// brewlet-operator-restarts (docs/security.md) let it set the pod-template barrier of opted-in
 // Deployments, StatefulSets and DaemonSets, and nothing else; with
 // operator.rotationRestarts.namespaces, only in those namespaces.
 func TestOperatorRestartPolicy(t *testing.T) {

@@ -22,7 +22,7 @@ type LedgerDecision struct {
 	Release bool
 }
 
-// Ledger keeps the cleanup ledger (SPEC §3.2): an entry per node, by name and UID, from
+// Ledger keeps the cleanup ledger (docs/operator.md, "The cleanup ledger"): an entry per node, by name and UID, from
 // the moment the profile serves it, listing the runtime IDs it may hold and whether its
 // containerd config was changed. A node the profile no longer serves (it left the pool, or
 // the profile is going) owes cleanup until its own agent reports, for that very UID, that

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/finalizers"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -56,7 +57,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if d.AddFinalizer {
 		// Before any node is served: every change this profile leads to is then held
 		// until its cleanup is done.
-		if err := patchFinalizers(ctx, r.Client, p, func() { controllerutil.AddFinalizer(p, vocab.FinalizerCleanup) }); err != nil {
+		if err := finalizers.Patch(ctx, r.Client, p, func() { controllerutil.AddFinalizer(p, vocab.FinalizerCleanup) }); err != nil {
 			return reconcile.Result{RequeueAfter: conflictRetry}, client.IgnoreNotFound(ignoreConflict(err))
 		}
 		return reconcile.Result{}, nil // the update wakes the next pass
@@ -64,7 +65,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	err = r.write(ctx, p, in, d)
 	if err == nil && d.ReleaseFinalizer {
 		// No node owes this profile anything: the deletion completes.
-		err = patchFinalizers(ctx, r.Client, p, func() { controllerutil.RemoveFinalizer(p, vocab.FinalizerCleanup) })
+		err = finalizers.Patch(ctx, r.Client, p, func() { controllerutil.RemoveFinalizer(p, vocab.FinalizerCleanup) })
 	}
 	switch {
 	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err):
@@ -204,14 +205,4 @@ func (r *Reconciler) now() metav1.Time {
 		return r.Now()
 	}
 	return metav1.Now()
-}
-
-// patchFinalizers writes only the finalizers edit makes, guarded by the object's
-// resourceVersion: the operator may change nothing else of a NodeProfile (the policy
-// brewlet-operator-scope), and a cache behind the API server then ends in a conflict, not in
-// a stale spec sent back.
-func patchFinalizers(ctx context.Context, c client.Client, p *brewletv1.NodeProfile, edit func()) error {
-	before := p.DeepCopy()
-	edit()
-	return c.Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 }

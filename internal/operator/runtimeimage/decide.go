@@ -67,7 +67,7 @@ func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFail
 	case digest != "" && digest != st.Digest:
 		// A rotation: a new digest is a new generation, even a digest this epoch used
 		// before (generations are never reused). A change of repository with the same
-		// digest is the same content and keeps the generation (SPEC §2: a generation is
+		// digest is the same content and keeps the generation (docs/operator.md: a generation is
 		// one digest bound to an ID).
 		st.Generation++
 		st.Digest = digest

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/finalizers"
 	"brewlet.sh/brewlet/internal/operator/rollout"
 	"brewlet.sh/brewlet/internal/vocab"
 )
@@ -143,7 +144,7 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) error
 	d := Decide(ri, reports.Items, budget, func(node string) bool { return beats.Fresh(node, now.Time, r.staleAfter()) }, now)
 	if d.AddFinalizer {
 		if err := r.write(ri, func() error {
-			return patchFinalizers(ctx, r.Client, ri, func() { controllerutil.AddFinalizer(ri, vocab.FinalizerRevocation) })
+			return finalizers.Patch(ctx, r.Client, ri, func() { controllerutil.AddFinalizer(ri, vocab.FinalizerRevocation) })
 		}); err != nil {
 			return err
 		}
@@ -173,7 +174,7 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) error
 	if holders := Holders(ri.Name, ri.UID, fresh.Items); len(holders) > 0 {
 		return fmt.Errorf("%s epoch %s is still held by node(s) %v (the cache was behind)", ri.Name, ri.UID, holders)
 	}
-	if err := patchFinalizers(ctx, r.Client, ri, func() { controllerutil.RemoveFinalizer(ri, vocab.FinalizerRevocation) }); err != nil {
+	if err := finalizers.Patch(ctx, r.Client, ri, func() { controllerutil.RemoveFinalizer(ri, vocab.FinalizerRevocation) }); err != nil {
 		return err
 	}
 	forget(ri.Name)
@@ -244,14 +245,4 @@ func Requests(_ context.Context, o client.Object) []reconcile.Request {
 		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: id}})
 	}
 	return out
-}
-
-// patchFinalizers writes only the finalizers edit makes, guarded by the object's
-// resourceVersion: the operator may change nothing else of a RuntimeImage (the policy
-// brewlet-operator-scope), and a cache behind the API server then ends in a conflict, not in
-// a stale spec sent back.
-func patchFinalizers(ctx context.Context, c client.Client, ri *brewletv1.RuntimeImage, edit func()) error {
-	before := ri.DeepCopy()
-	edit()
-	return c.Patch(ctx, ri, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 }
