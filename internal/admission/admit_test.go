@@ -182,7 +182,7 @@ func TestAdmitDefaultsIdentity(t *testing.T) {
 }
 
 func runtimeReq() corev1.NodeSelectorRequirement {
-	return corev1.NodeSelectorRequirement{Key: "brewlet.sh/runtime.python-3.12", Operator: corev1.NodeSelectorOpIn,
+	return corev1.NodeSelectorRequirement{Key: "node-restriction.kubernetes.io/brewlet.python-3.12", Operator: corev1.NodeSelectorOpIn,
 		Values: []string{"ready", "available"}}
 }
 

@@ -137,7 +137,7 @@ func target(id string, offered map[string]string, ri *brewletv1.RuntimeImage, d 
 }
 
 // Labels are the node's brewlet.sh/* labels for the states of its runtimes. The node can
-// start Brewlet containers (brewlet.sh/runtime=ready) when any ID is ready or offered on
+// start Brewlet containers (vocab.LabelRuntime=ready) when any ID is ready or offered on
 // demand (the shim has it installed at first use).
 func Labels(states map[string]vocab.RuntimeState) map[string]string {
 	out := map[string]string{}
@@ -172,14 +172,15 @@ func RetryDue(err error, at, now time.Time, pause time.Duration) bool {
 
 // Refused reports whether an install error refuses the generation's content: final for
 // that digest (the same bytes are refused again), and what a rollout counts against its
-// failure budget. A pull failure, altered bytes from a source or a cancellation says
+// failure budget. A pull failure, altered bytes from a source, a cancellation or the node's
+// own state (a lock wait that ended, a host directory others can write: NodeNotReady) says
 // nothing about the content.
 func Refused(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, ErrNotWriter) {
 		return false
 	}
 	switch vocab.ReasonOf(err) {
-	case "", vocab.ReasonRuntimeImagePullFailed, vocab.ReasonDigestMismatch:
+	case "", vocab.ReasonRuntimeImagePullFailed, vocab.ReasonDigestMismatch, vocab.ReasonNodeNotReady:
 		return false
 	}
 	return true

@@ -131,7 +131,7 @@ func TestTargets(t *testing.T) {
 
 func TestLabels(t *testing.T) {
 	got := Labels(map[string]vocab.RuntimeState{"py": vocab.StateReady, "jre": vocab.StateAvailable, "node": vocab.StateFailed})
-	want := map[string]string{"brewlet.sh/runtime": "ready", "brewlet.sh/runtime.py": "ready", "brewlet.sh/runtime.jre": "available"}
+	want := map[string]string{"node-restriction.kubernetes.io/brewlet": "ready", "node-restriction.kubernetes.io/brewlet.py": "ready", "node-restriction.kubernetes.io/brewlet.jre": "available"}
 	if len(got) != len(want) {
 		t.Fatalf("labels %v", got)
 	}
@@ -140,7 +140,7 @@ func TestLabels(t *testing.T) {
 			t.Fatalf("labels %v, want %v", got, want)
 		}
 	}
-	if got := Labels(map[string]vocab.RuntimeState{"py": vocab.StateAvailable}); got["brewlet.sh/runtime"] != "ready" {
+	if got := Labels(map[string]vocab.RuntimeState{"py": vocab.StateAvailable}); got["node-restriction.kubernetes.io/brewlet"] != "ready" {
 		t.Fatalf("an OnDemand-only node can start Brewlet containers: %v", got)
 	}
 	if got := Labels(map[string]vocab.RuntimeState{"py": vocab.StateFailed, "jre": vocab.StateRevoked}); len(got) != 0 {
@@ -190,6 +190,7 @@ func TestRefused(t *testing.T) {
 		{fmt.Errorf("install: %w", context.Canceled), false},
 		{ErrNotWriter, false},
 		{errors.New("no space left"), false},
+		{fmt.Errorf("install: %w", vocab.Errorf(vocab.ReasonNodeNotReady, "waited 10m0s for the lock")), false},
 		{vocab.Errorf(vocab.ReasonPrivilegedRuntimeFile, "setuid"), true},
 		{fmt.Errorf("layer 2: %w", vocab.Errorf(vocab.ReasonLimitExceeded, "bomb")), true},
 		{vocab.Errorf(vocab.ReasonInvalidRuntimePath, "PATH"), true},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"reflect"
 	"sort"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,7 +35,8 @@ func (a *Agent) ensureNodeRuntime(ctx context.Context, node *corev1.Node) (*brew
 	return nrt, err
 }
 
-// publishLabels sets this node's brewlet.sh/* labels, touching no other label.
+// publishLabels sets this node's Brewlet labels (vocab.OwnNodeLabel), touching no other
+// label; Brewlet labels it no longer wants, the legacy runtime keys among them, are removed.
 func (a *Agent) publishLabels(ctx context.Context, node *corev1.Node) error {
 	states := map[string]vocab.RuntimeState{}
 	for id, e := range a.states {
@@ -56,7 +56,7 @@ func (a *Agent) publishLabels(ctx context.Context, node *corev1.Node) error {
 		node.Labels = map[string]string{}
 	}
 	for k, v := range node.Labels {
-		if strings.HasPrefix(k, vocab.Domain+"/") && want[k] != v {
+		if vocab.OwnNodeLabel(k) && want[k] != v {
 			if w, ok := want[k]; ok {
 				node.Labels[k] = w
 			} else {

@@ -39,8 +39,9 @@ func nodeRuntimeKey(o any) (string, any, bool) {
 	return n.Name, n.Generation, true
 }
 
-// runtimeImageKey changes with what authorizations depend on: the kill switch (read by the
-// node itself, so revocation needs no operator), approval, epoch, generation.
+// runtimeImageKey changes with what authorizations depend on: the kill switch and a
+// deletion under way (read by the node itself, so revocation needs no operator), approval,
+// epoch, generation.
 func runtimeImageKey(o any) (string, any, bool) {
 	ri, ok := o.(*brewletv1.RuntimeImage)
 	if !ok {
@@ -48,11 +49,13 @@ func runtimeImageKey(o any) (string, any, bool) {
 	}
 	type key struct {
 		Revoked    bool
+		Deleting   bool
 		Approved   bool
 		Epoch      string
 		Generation int64
 	}
-	return ri.Name, key{ri.Spec.Revoked, meta.IsStatusConditionTrue(ri.Status.Conditions, string(vocab.ConditionApproved)), string(ri.Status.Epoch), ri.Status.Generation}, true
+	return ri.Name, key{ri.Spec.Revoked, ri.DeletionTimestamp != nil, meta.IsStatusConditionTrue(ri.Status.Conditions, string(vocab.ConditionApproved)),
+		string(ri.Status.Epoch), ri.Status.Generation}, true
 }
 
 func (w Wakeup) loop(ctx context.Context, wake chan<- struct{}, list client.ObjectList, opts []client.ListOption, key func(any) (string, any, bool)) {

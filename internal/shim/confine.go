@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/containerd/containerd/v2/contrib/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"brewlet.sh/brewlet/internal/vocab"
@@ -87,6 +86,12 @@ func checkSpec(s *specs.Spec, host hostFacts, checkpoint string) error {
 	if why := processPrivilege(s.Process); why != "" {
 		return deny("%s", why)
 	}
+	if h := hookNames(s.Hooks); len(h) > 0 {
+		return deny("the OCI spec carries %s hooks (added by a CDI device, an NRI plugin or the node's base runtime spec); hooks run on the node as root, outside the container and before Brewlet's rules apply, so Brewlet containers have none: remove the CDI device request, or keep the plugin away from runtime handler %s", strings.Join(h, ", "), vocab.RuntimeClassName)
+	}
+	if why := seccompRefusal(s); why != "" {
+		return deny("%s", why)
+	}
 	u := s.Process.User
 	for _, g := range append([]uint32{u.GID}, u.AdditionalGids...) {
 		if dev, ok := host.deviceGroups[g]; ok {
@@ -110,9 +115,9 @@ func processPrivilege(p *specs.Process) string {
 
 // neutralizeSpec closes what containerd or the pod left open and the workload does not need:
 // device cgroup rules beyond the standard devices, missing masked and read-only paths,
-// writable sysfs and cgroupfs, and a missing or allow-everything seccomp filter
-// (containerd's default profile, which for a process without capabilities also refuses new
-// user namespaces).
+// writable sysfs and cgroupfs, and a missing, allow-everything or capability-opening seccomp
+// filter (containerd's default profile for a process without capabilities, which also
+// refuses new user namespaces).
 func neutralizeSpec(s *specs.Spec) {
 	if s.Linux.Resources == nil {
 		s.Linux.Resources = &specs.LinuxResources{}
@@ -127,12 +132,33 @@ func neutralizeSpec(s *specs.Spec) {
 			s.Mounts[i].Options = readOnly(m.Options)
 		}
 	}
-	if permissiveSeccomp(s.Linux.Seccomp) {
-		// The profile is chosen for a process without capabilities, whatever the spec
-		// says: Brewlet processes have none.
-		noCaps := specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}}
-		s.Linux.Seccomp = seccomp.DefaultProfile(&noCaps)
+	// A filter that lets a capability-gated call run can only be containerd's RuntimeDefault
+	// for capabilities the pod asked for (checkSpec refused any other): it is narrowed to
+	// the profile for a process without capabilities, which Brewlet processes are.
+	if permissiveSeccomp(s.Linux.Seccomp) || gatedSyscall(s.Linux.Seccomp) != "" {
+		s.Linux.Seccomp = noCapsProfile()
 	}
+}
+
+// hookNames lists the kinds of OCI hooks a spec asks runc to run.
+func hookNames(h *specs.Hooks) []string {
+	if h == nil {
+		return nil
+	}
+	var out []string
+	for _, k := range []struct {
+		name  string
+		hooks []specs.Hook
+	}{
+		{"prestart", h.Prestart}, //nolint:staticcheck // deprecated in the spec, still run by runc
+		{"createRuntime", h.CreateRuntime}, {"createContainer", h.CreateContainer},
+		{"startContainer", h.StartContainer}, {"poststart", h.Poststart}, {"poststop", h.Poststop},
+	} {
+		if len(k.hooks) > 0 {
+			out = append(out, k.name)
+		}
+	}
+	return out
 }
 
 // permissiveSeccomp reports whether a seccomp filter confines nothing by default: none at

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containerd/containerd/v2/contrib/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"brewlet.sh/brewlet/internal/vocab"
 )
@@ -73,6 +75,28 @@ func TestCheckSpec(t *testing.T) {
 		{name: "batch scheduler is fine", edit: func(s *specs.Spec) { s.Process.Scheduler = &specs.Scheduler{Policy: specs.SchedBatch} }},
 		{name: "real-time I/O", edit: func(s *specs.Spec) { s.Process.IOPriority = &specs.LinuxIOPriority{Class: specs.IOPRIO_CLASS_RT} }, want: "I/O priority"},
 		{name: "no linux section", edit: func(s *specs.Spec) { s.Linux = nil }, want: "no process, linux or root"},
+		{name: "createRuntime hook", edit: func(s *specs.Spec) {
+			s.Hooks = &specs.Hooks{CreateRuntime: []specs.Hook{{Path: "/usr/bin/nvidia-ctk"}}}
+		}, want: "createRuntime hooks"},
+		{name: "poststop hook", edit: func(s *specs.Spec) { s.Hooks = &specs.Hooks{Poststop: []specs.Hook{{Path: "/x"}}} }, want: "poststop"},
+		{name: "empty hooks section", edit: func(s *specs.Spec) { s.Hooks = &specs.Hooks{} }},
+		{name: "Localhost profile allowing unshare", edit: func(s *specs.Spec) { s.Linux.Seccomp = profile(allow("read", "unshare")) }, want: "lets unshare"},
+		{name: "Localhost profile allowing clone3", edit: func(s *specs.Spec) { s.Linux.Seccomp = profile(allow("clone3")) }, want: "lets clone3"},
+		{name: "Localhost profile logging mount", edit: func(s *specs.Spec) {
+			s.Linux.Seccomp = profile(specs.LinuxSyscall{Names: []string{"mount"}, Action: specs.ActLog})
+		}, want: "lets mount"},
+		{name: "Localhost profile refusing setns", edit: func(s *specs.Spec) {
+			s.Linux.Seccomp = profile(specs.LinuxSyscall{Names: []string{"setns"}, Action: specs.ActErrno})
+		}},
+		{name: "RuntimeDefault for CAP_SYS_ADMIN is narrowed, not refused", edit: func(s *specs.Spec) {
+			s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: []string{"CAP_SYS_ADMIN", "CAP_CHOWN"}}
+			s.Linux.Seccomp = seccomp.DefaultProfile(s)
+		}},
+		{name: "RuntimeDefault of another containerd opening unshare", edit: func(s *specs.Spec) {
+			s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: []string{"CAP_SYS_ADMIN"}}
+			s.Linux.Seccomp = seccomp.DefaultProfile(s)
+			s.Linux.Seccomp.Syscalls = s.Linux.Seccomp.Syscalls[1:]
+		}, want: "use seccompProfile RuntimeDefault"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -92,6 +116,82 @@ func TestCheckSpec(t *testing.T) {
 				t.Errorf("refusal does not say which container: %v", err)
 			}
 		})
+	}
+}
+
+func allow(names ...string) specs.LinuxSyscall {
+	return specs.LinuxSyscall{Names: names, Action: specs.ActAllow}
+}
+
+func profile(rules ...specs.LinuxSyscall) *specs.LinuxSeccomp {
+	return &specs.LinuxSeccomp{DefaultAction: specs.ActErrno, Syscalls: rules}
+}
+
+func TestGatedSyscall(t *testing.T) {
+	withoutNewUser := []specs.LinuxSeccompArg{{Index: 0, Value: newNamespaceFlags, Op: specs.OpMaskedEqual}}
+	cases := []struct {
+		name string
+		sc   *specs.LinuxSeccomp
+		want string
+	}{
+		{"no filter", nil, ""},
+		{"ordinary calls", profile(allow("read", "write", "openat")), ""},
+		{"unshare", profile(allow("read"), allow("unshare")), "unshare"},
+		{"setns among others", profile(allow("read", "setns")), "setns"},
+		{"bpf", profile(allow("bpf")), "bpf"},
+		{"perf_event_open", profile(allow("perf_event_open")), "perf_event_open"},
+		{"syslog", profile(allow("syslog")), "syslog"},
+		{"new mount API", profile(allow("fsopen")), "fsopen"},
+		{"clone without conditions", profile(allow("clone")), "clone"},
+		{"clone without namespace flags", profile(specs.LinuxSyscall{Names: []string{"clone"}, Action: specs.ActAllow, Args: withoutNewUser}), ""},
+		{"clone masked without CLONE_NEWUSER in the mask", profile(specs.LinuxSyscall{Names: []string{"clone"}, Action: specs.ActAllow,
+			Args: []specs.LinuxSeccompArg{{Index: 0, Value: unix.CLONE_NEWNS, Op: specs.OpMaskedEqual}}}), "clone"},
+		{"clone matching CLONE_NEWUSER set", profile(specs.LinuxSyscall{Names: []string{"clone"}, Action: specs.ActAllow,
+			Args: []specs.LinuxSeccompArg{{Index: 0, Value: unix.CLONE_NEWUSER, ValueTwo: unix.CLONE_NEWUSER, Op: specs.OpMaskedEqual}}}), "clone"},
+		{"clone compared for equality", profile(specs.LinuxSyscall{Names: []string{"clone"}, Action: specs.ActAllow,
+			Args: []specs.LinuxSeccompArg{{Index: 0, Value: 0x11, Op: specs.OpEqualTo}}}), "clone"},
+		{"unshare without CLONE_NEWUSER", profile(specs.LinuxSyscall{Names: []string{"unshare"}, Action: specs.ActAllow, Args: withoutNewUser}), ""},
+		{"clone3 with any condition", profile(specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActAllow, Args: withoutNewUser}), "clone3"},
+		{"clone3 refused with ENOSYS", profile(specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActErrno}), ""},
+		{"mount logged", profile(specs.LinuxSyscall{Names: []string{"mount"}, Action: specs.ActLog}), "mount"},
+		{"mount to a user-space agent", profile(specs.LinuxSyscall{Names: []string{"mount"}, Action: specs.ActNotify}), "mount"},
+		{"mount traced", profile(specs.LinuxSyscall{Names: []string{"mount"}, Action: specs.ActTrace}), ""},
+		{"mount killed", profile(specs.LinuxSyscall{Names: []string{"mount"}, Action: specs.ActKillProcess}), ""},
+		{"containerd's profile for no capabilities", noCapsProfile(), ""},
+		{"containerd's profile for CAP_SYS_ADMIN", seccomp.DefaultProfile(&specs.Spec{Process: &specs.Process{
+			Capabilities: &specs.LinuxCapabilities{Bounding: []string{"CAP_SYS_ADMIN"}}}}), "bpf"},
+		{"containerd's profile for CAP_SYSLOG", seccomp.DefaultProfile(&specs.Spec{Process: &specs.Process{
+			Capabilities: &specs.LinuxCapabilities{Bounding: []string{"CAP_SYSLOG"}}}}), "syslog"},
+		{"containerd's profile for the CRI's default capabilities", seccomp.DefaultProfile(&specs.Spec{Process: &specs.Process{
+			Capabilities: &specs.LinuxCapabilities{Bounding: []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+				"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"}}}}), ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := gatedSyscall(tc.sc); got != tc.want {
+				t.Errorf("gatedSyscall = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// containerd's RuntimeDefault for a pod that asked for CAP_SYS_ADMIN opens unshare, mount,
+// setns and bpf; the shim narrows it to the profile for no capabilities.
+func TestNeutralizeNarrowsRuntimeDefault(t *testing.T) {
+	s := criSpec()
+	s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: []string{"CAP_SYS_ADMIN"}, Effective: []string{"CAP_SYS_ADMIN"}}
+	s.Linux.Seccomp = seccomp.DefaultProfile(s)
+	if err := checkSpec(s, hostFacts{}, ""); err != nil {
+		t.Fatal(err)
+	}
+	neutralizeSpec(s)
+	if got := gatedSyscall(s.Linux.Seccomp); got != "" {
+		t.Fatalf("after neutralization the filter still lets %s run", got)
+	}
+	want, _ := json.Marshal(noCapsProfile())
+	have, _ := json.Marshal(s.Linux.Seccomp)
+	if string(want) != string(have) {
+		t.Errorf("filter is not containerd's profile for no capabilities")
 	}
 }
 
@@ -186,6 +286,7 @@ func FuzzConfineSpec(f *testing.F) {
 	f.Add(seed)
 	f.Add([]byte(`{"process":{"user":{"uid":1,"gid":1}},"root":{"path":"r"},"linux":{"namespaces":[{"type":"pid"},{"type":"network"},{"type":"ipc"},{"type":"uts"},{"type":"mount"}],"seccomp":{"defaultAction":"SCMP_ACT_LOG"}}}`))
 	f.Add([]byte(`{"linux":{"devices":[{"path":"/dev/sda"}]}}`))
+	f.Add([]byte(`{"process":{"user":{"uid":1,"gid":1}},"root":{"path":"r"},"linux":{"namespaces":[{"type":"pid"},{"type":"network"},{"type":"ipc"},{"type":"uts"},{"type":"mount"}],"seccomp":{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["clone"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":2114060288,"op":"SCMP_CMP_MASKED_EQ"}]}]}}}`))
 	host := hostFacts{deviceGroups: map[uint32]string{6: "/dev/vda"}, hostNamespace: func(specs.LinuxNamespaceType, string) bool { return false }}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var s specs.Spec
@@ -199,7 +300,7 @@ func FuzzConfineSpec(f *testing.F) {
 		if len(s.Linux.Devices) != 0 || len(s.Linux.Resources.Devices) != 1 || s.Linux.Resources.Devices[0].Allow {
 			t.Fatalf("devices open after neutralization: %+v %+v", s.Linux.Devices, s.Linux.Resources.Devices)
 		}
-		if permissiveSeccomp(s.Linux.Seccomp) || !slices.Contains(s.Linux.MaskedPaths, "/proc/kcore") {
+		if permissiveSeccomp(s.Linux.Seccomp) || gatedSyscall(s.Linux.Seccomp) != "" || !slices.Contains(s.Linux.MaskedPaths, "/proc/kcore") {
 			t.Fatalf("seccomp %+v or masked paths %v open", s.Linux.Seccomp, s.Linux.MaskedPaths)
 		}
 		if slices.Contains(append([]uint32{s.Process.User.GID}, s.Process.User.AdditionalGids...), 6) {

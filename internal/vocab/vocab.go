@@ -4,6 +4,8 @@
 // spelling. Nothing else in the project spells these strings.
 package vocab
 
+import "strings"
+
 // Domain is the prefix of every Brewlet label and annotation.
 const Domain = "brewlet.sh"
 
@@ -27,12 +29,24 @@ const (
 	PodAnnotationPassthrough = Domain + "/*"
 )
 
-// Node labels. Their only writer is the node's own provisioner.
+// Node labels. Their only writer is the node's own provisioner. The two that steer Brewlet
+// pods onto a node (the RuntimeClass's node selector and the per-ID affinity) live under
+// node-restriction.kubernetes.io/, a prefix the NodeRestriction admission plugin forbids
+// kubelets to set on their own Node: a compromised node cannot claim a runtime to attract
+// Brewlet pods and, through the node authorizer, their Secrets.
 const (
 	// LabelRuntime is "ready" on a node that can start Brewlet containers at all.
-	LabelRuntime = Domain + "/runtime"
-	// LabelRuntimePrefix + <id> is ready or available for each runtime ID the node offers.
-	LabelRuntimePrefix = Domain + "/runtime."
+	LabelRuntime = NodeRestrictionPrefix + "brewlet"
+	// LabelRuntimePrefix + <id> is ready or available for each runtime ID the node offers
+	// (MaxRuntimeIDLength keeps the key's name within the 63 characters labels allow).
+	LabelRuntimePrefix = NodeRestrictionPrefix + "brewlet."
+	// NodeRestrictionPrefix is the label prefix kubelets may not set.
+	NodeRestrictionPrefix = "node-restriction.kubernetes.io/"
+	// LegacyLabelRuntime and LegacyLabelRuntimePrefix are the keys releases before
+	// node-restriction labels used; kubelets can forge them, so nothing reads them, and
+	// agents remove them from their node (the migration; docs/install.md, "Upgrading").
+	LegacyLabelRuntime       = Domain + "/runtime"
+	LegacyLabelRuntimePrefix = Domain + "/runtime."
 	// LabelValueReady: installed and authorized.
 	LabelValueReady = "ready"
 	// LabelValueAvailable: offered OnDemand, installed at first use.
@@ -47,6 +61,12 @@ const (
 
 // RuntimeLabel is the per-ID capability label key of a node.
 func RuntimeLabel(id string) string { return LabelRuntimePrefix + id }
+
+// OwnNodeLabel reports whether a Node label key is Brewlet's (set and removed only by the
+// node's agent): brewlet.sh/* (host changes, the legacy runtime keys) and the runtime keys.
+func OwnNodeLabel(key string) bool {
+	return strings.HasPrefix(key, Domain+"/") || key == LabelRuntime || strings.HasPrefix(key, LabelRuntimePrefix)
+}
 
 // Annotations.
 const (

@@ -70,7 +70,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 
 	node := &corev1.Node{}
 	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, node))
-	if node.Labels["brewlet.sh/runtime"] != "ready" || node.Labels["brewlet.sh/runtime."+pyID] != "ready" || node.Labels["pool.example/name"] != "general" {
+	if node.Labels[vocab.LabelRuntime] != "ready" || node.Labels[vocab.RuntimeLabel(pyID)] != "ready" || node.Labels["pool.example/name"] != "general" {
 		t.Fatalf("node labels %v", node.Labels)
 	}
 	nrt := &brewletv1.NodeRuntime{}
@@ -238,7 +238,7 @@ func TestAgentOnDemandInstall(t *testing.T) {
 	must(agent.ReconcileAndWait(ctx))
 	node := &corev1.Node{}
 	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, node))
-	if node.Labels["brewlet.sh/runtime."+pyID] != "available" || node.Labels["brewlet.sh/runtime"] != "ready" {
+	if node.Labels[vocab.RuntimeLabel(pyID)] != "available" || node.Labels[vocab.LabelRuntime] != "ready" {
 		t.Fatalf("labels %v", node.Labels)
 	}
 	if _, err := host.Current(pyID); err == nil {
@@ -283,13 +283,14 @@ type agentEnv struct {
 	refs     map[string]string
 	nodeName string
 	ri       *brewletv1.RuntimeImage
+	op       *runningOperator
 	must     func(error)
 }
 
 func newAgentEnv(t *testing.T, install string) *agentEnv {
 	t.Helper()
 	e := &agentEnv{cp: framework.StartControlPlane(t, framework.ControlPlaneOptions{}), n: framework.StartNode(t)}
-	startOperator(t, e.cp, false) // generations, approval and NodeRuntime spec come from the operator
+	e.op = startOperator(t, e.cp, false) // generations, approval and NodeRuntime spec come from the operator
 	ctx := context.Background()
 	e.c, e.nodeName = e.cp.Client, "node-"+e.n.ID
 	e.must = func(err error) {

@@ -6,11 +6,14 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
 
@@ -20,25 +23,7 @@ import (
 // counts every other node's report changes.
 func TestAgentWakesOnChanges(t *testing.T) {
 	e := newAgentEnv(t, "Eager")
-	ctx := context.Background()
-	host := hoststate.Under(e.n.HostPrefix)
-	wc, err := client.NewWithWatch(e.cp.Config, client.Options{Scheme: framework.Scheme()})
-	e.must(err)
-	wake := make(chan struct{}, 1)
-	runCtx, stop := context.WithCancel(ctx)
-	t.Cleanup(stop)
-	ran := make(chan struct{})
-	// As brewlet-provisioner wires it: informers confirmed each pass, RuntimeImage changes
-	// and the node's NodeRuntime spec waking the loop.
-	view, err := provisioner.NewView(e.cp.Config, framework.Scheme(), wc)
-	e.must(err)
-	e.must(view.Start(runCtx, wake))
-	agent := &provisioner.Agent{Client: e.c, View: view, NodeName: e.nodeName, Layout: host, AuthTTL: 5 * time.Minute, Period: 2 * time.Minute,
-		Log: t.Logf, Wake: wake, Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
-	defer func() { stop(); <-ran }()
-	go provisioner.Wakeup{Client: wc, NodeName: e.nodeName, Log: t.Logf}.Run(runCtx, wake)
-	go func() { defer close(ran); _ = agent.Run(runCtx) }()
-
+	host, view := startWiredAgent(t, e)
 	current := func() int64 {
 		ref, err := host.Current(pyID)
 		if err != nil {
@@ -67,4 +52,69 @@ func TestAgentWakesOnChanges(t *testing.T) {
 		t.Fatalf("no pass was confirmed from the informers (%d fell back to full lists)", view.Fallbacks.Load())
 	}
 	t.Logf("passes confirmed from informers: %d, full-list fallbacks: %d", view.Confirmed.Load(), view.Fallbacks.Load())
+}
+
+// startWiredAgent runs an agent as brewlet-provisioner wires it, pausing two minutes between
+// passes: informers confirmed each pass, RuntimeImage changes and the node's NodeRuntime spec
+// waking the loop. It stops with the test.
+func startWiredAgent(t *testing.T, e *agentEnv) (hoststate.Layout, *provisioner.View) {
+	t.Helper()
+	host := hoststate.Under(e.n.HostPrefix)
+	wc, err := client.NewWithWatch(e.cp.Config, client.Options{Scheme: framework.Scheme()})
+	e.must(err)
+	wake := make(chan struct{}, 1)
+	runCtx, stop := context.WithCancel(context.Background())
+	view, err := provisioner.NewView(e.cp.Config, framework.Scheme(), wc)
+	e.must(err)
+	e.must(view.Start(runCtx, wake))
+	agent := &provisioner.Agent{Client: e.c, View: view, NodeName: e.nodeName, Layout: host, AuthTTL: 5 * time.Minute, Period: 2 * time.Minute,
+		Log: t.Logf, Wake: wake, Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
+	ran := make(chan struct{})
+	go provisioner.Wakeup{Client: wc, NodeName: e.nodeName, Log: t.Logf}.Run(runCtx, wake)
+	go func() { defer close(ran); _ = agent.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-ran })
+	return host, view
+}
+
+// The kill switch needs no operator: with brewlet-operator stopped, the agent itself reads
+// spec.revoked, a removed Approved condition and a RuntimeImage being deleted, and revokes the
+// node's authorization within seconds (its period is two minutes); undoing the first two
+// authorizes again.
+func TestAgentRevokesWithoutTheOperator(t *testing.T) {
+	e := newAgentEnv(t, "Eager")
+	host, _ := startWiredAgent(t, e)
+	revoked := func(want bool) func() bool {
+		return func() bool {
+			a, err := host.ReadAuthorization(pyID)
+			return err == nil && a.Revoked == want
+		}
+	}
+	waitFor(t, 60*time.Second, "generation 1 authorized", revoked(false))
+	e.op.stop()
+
+	updateRI(t, e.c, pyID, func(ri *brewletv1.RuntimeImage) { ri.Spec.Revoked = true })
+	waitFor(t, 30*time.Second, "the authorization revoked after spec.revoked", revoked(true))
+	updateRI(t, e.c, pyID, func(ri *brewletv1.RuntimeImage) { ri.Spec.Revoked = false })
+	waitFor(t, 30*time.Second, "authorized again after spec.revoked is cleared", revoked(false))
+
+	// A status written by someone else than the operator, without Approved.
+	var approved metav1.Condition
+	updateStatus := func(edit func(*brewletv1.RuntimeImage)) {
+		t.Helper()
+		ri := &brewletv1.RuntimeImage{}
+		e.must(e.c.Get(context.Background(), client.ObjectKey{Name: pyID}, ri))
+		edit(ri)
+		e.must(e.c.Status().Update(context.Background(), ri))
+	}
+	updateStatus(func(ri *brewletv1.RuntimeImage) {
+		approved = *meta.FindStatusCondition(ri.Status.Conditions, string(vocab.ConditionApproved))
+		meta.RemoveStatusCondition(&ri.Status.Conditions, string(vocab.ConditionApproved))
+	})
+	waitFor(t, 30*time.Second, "the authorization revoked without an Approved condition", revoked(true))
+	updateStatus(func(ri *brewletv1.RuntimeImage) { meta.SetStatusCondition(&ri.Status.Conditions, approved) })
+	waitFor(t, 30*time.Second, "authorized again with Approved=True", revoked(false))
+
+	// Deleting: the operator's finalizer keeps the object, with a deletion timestamp.
+	e.must(e.c.Delete(context.Background(), e.ri))
+	waitFor(t, 30*time.Second, "the authorization revoked while the RuntimeImage is deleted", revoked(true))
 }

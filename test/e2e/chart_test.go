@@ -32,6 +32,7 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/admission"
+	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
 
@@ -1153,8 +1154,10 @@ func TestChartOnAPIServer(t *testing.T) {
 	if err := writeStatus(ctx, agent, "n1"); err != nil {
 		t.Fatalf("agent could not write its own NodeRuntime status: %v", err)
 	}
-	if err := labelNode(ctx, agent, "n1", "brewlet.sh/runtime", "ready"); err != nil {
-		t.Fatalf("agent could not label its own node: %v", err)
+	for _, key := range []string{vocab.LabelRuntime, vocab.RuntimeLabel("python-3.12"), vocab.LabelHostChanges} {
+		if err := labelNode(ctx, agent, "n1", key, "ready"); err != nil {
+			t.Fatalf("agent could not set %s on its own node: %v", key, err)
+		}
 	}
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "brewlet-provisioner-n1", Namespace: ns}}
 	if err := agent.Create(ctx, lease); err != nil {
@@ -1166,8 +1169,9 @@ func TestChartOnAPIServer(t *testing.T) {
 		t.Fatalf("agent could not renew its writer Lease: %v", err)
 	}
 	// ... and what it may not do.
-	expectDenied(t, labelNode(ctx, agent, "n2", "brewlet.sh/runtime", "ready"), "agents write only their own node")
-	expectDenied(t, labelNode(ctx, agent, "n1", "pool.example/name", "gpu"), "only brewlet.sh/* labels")
+	expectDenied(t, labelNode(ctx, agent, "n2", vocab.RuntimeLabel("python-3.12"), "ready"), "agents write only their own node")
+	expectDenied(t, labelNode(ctx, agent, "n1", "pool.example/name", "gpu"), "only Brewlet's labels")
+	expectDenied(t, labelNode(ctx, agent, "n1", "node-restriction.kubernetes.io/other", "x"), "only Brewlet's labels")
 	expectDenied(t, agent.Create(ctx, &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n3"}}), "agents write only their own node")
 	if err := agent.Delete(ctx, &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n2"}}); !apierrors.IsForbidden(err) {
 		t.Errorf("agent deleting a NodeRuntime: %v, want forbidden (no delete right)", err)
@@ -1260,6 +1264,9 @@ func TestChartOnAPIServer(t *testing.T) {
 		}
 	}
 	t.Run("the operator's token one step beyond its job", func(t *testing.T) { chartOperatorAttacks(t, cp) })
+	t.Run("only RuntimeClass brewlet uses handler brewlet", func(t *testing.T) { chartRuntimeClassAliases(t, cp) })
+	t.Run("a kubelet's credentials one step beyond its job", func(t *testing.T) { chartKubeletAttacks(t, cp) })
+	t.Run("a tenant one step beyond its namespace", func(t *testing.T) { chartTenantAttacks(t, cp) })
 }
 
 // chartOperatorUnderRBAC runs the brewlet-operator binary as its own process (the flags

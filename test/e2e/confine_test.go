@@ -154,21 +154,10 @@ func hostDeviceGroup(t *testing.T, n *framework.Node) (uint32, string) {
 // Unconfined.
 func stockProbe(t *testing.T, n *framework.Node) string {
 	t.Helper()
-	ctx := context.Background()
-	pod := n.PodConfig("stock-probe", nil)
-	podID, err := n.RunPod(ctx, pod, "runc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := framework.ContainerConfig("app", n.BusyboxImage, "grep", "Seccomp:", "/proc/self/status")
-	c.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{
-		RunAsUser: &runtimeapi.Int64Value{Value: 10001}, Seccomp: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}}
-	cid, err := n.CreateStart(ctx, podID, pod, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, log := exited(t, n, cid, pod, "app.log")
-	return log
+	return stockRun(t, n, func(c *runtimeapi.ContainerConfig) {
+		c.Command = []string{"grep", "Seccomp:", "/proc/self/status"}
+		c.Linux.SecurityContext.Seccomp = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}
+	})
 }
 
 // shimPID finds the shim serving a pod: the brewlet shim whose command line names this

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
 
@@ -54,11 +55,11 @@ func TestProvisionerWritesAreNodeScoped(t *testing.T) {
 	if err := writeStatus(ctx, agent, "n1"); err != nil {
 		t.Fatalf("agent could not write its own NodeRuntime status: %v", err)
 	}
-	if err := labelNode(ctx, agent, "n1", "brewlet.sh/runtime", "ready"); err != nil {
+	if err := labelNode(ctx, agent, "n1", vocab.RuntimeLabel("python-3.12"), "ready"); err != nil {
 		t.Fatalf("agent could not label its own node: %v", err)
 	}
-	expectDenied(t, labelNode(ctx, agent, "n2", "brewlet.sh/runtime", "ready"), "agents write only their own node")
-	expectDenied(t, labelNode(ctx, agent, "n1", "pool", "gpu"), "only brewlet.sh/* labels")
+	expectDenied(t, labelNode(ctx, agent, "n2", vocab.LabelRuntime, "ready"), "agents write only their own node")
+	expectDenied(t, labelNode(ctx, agent, "n1", "pool", "gpu"), "only Brewlet's labels")
 	// An unbound token of the same service account has no node claim.
 	expectDenied(t, writeStatus(ctx, saClient(t, cp.Config, ns, sa, nil), "n1"), "no node claim")
 }

@@ -169,7 +169,7 @@ func (r *Reconciler) writeSpec(ctx context.Context, node corev1.Node, nrt *brewl
 }
 
 // ensureRuntimeClass keeps RuntimeClass brewlet: handler brewlet, pods scheduled only onto
-// nodes whose agent labelled them brewlet.sh/runtime=ready. Only handler and scheduling
+// nodes whose agent labelled them vocab.LabelRuntime=ready. Only handler and scheduling
 // are owned; other fields (overhead) are left as found.
 func (r *Reconciler) ensureRuntimeClass(ctx context.Context) error {
 	want := &nodev1.Scheduling{NodeSelector: map[string]string{vocab.LabelRuntime: vocab.LabelValueReady}}

@@ -1,0 +1,126 @@
+package shim
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+
+	"github.com/containerd/containerd/v2/contrib/seccomp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// A Brewlet process has no capabilities, but the kernel still lets such a process create a
+// user namespace, and inside it the process holds every capability over what that namespace
+// owns: mounts, more namespaces, the kernel's less travelled code. Whether bpf, perf events
+// and the kernel log are open to it depends on sysctls Brewlet does not control. So the
+// filter a Brewlet container runs under must refuse these calls whatever capabilities the pod
+// asked for: containerd's RuntimeDefault profile opens them for CAP_SYS_ADMIN (and the like),
+// and a Localhost profile may open anything. docs/shim.md, "Seccomp", states the rules.
+
+// gatedSyscalls are the calls containerd's default profile allows only to a process holding
+// CAP_SYS_ADMIN, CAP_SYSLOG, CAP_BPF or CAP_PERFMON. The list is Brewlet's own, not read
+// from the containerd the shim was built with, so that the judgement does not move with
+// the node's containerd version.
+var gatedSyscalls = []string{
+	"bpf", "clone", "clone3", "fanotify_init", "fsconfig", "fsmount", "fsopen", "fspick",
+	"lookup_dcookie", "mount", "mount_setattr", "move_mount", "open_tree", "perf_event_open",
+	"pivot_root", "quotactl", "quotactl_fd", "setdomainname", "sethostname", "setns", "syslog",
+	"umount", "umount2", "unshare",
+}
+
+// newNamespaceFlags are the clone/unshare flags that create namespaces. Without
+// capabilities only CLONE_NEWUSER succeeds, and it is the one that grants them back.
+const newNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWUSER |
+	unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
+
+// lets reports whether a rule's action lets the call run: allow, log (allow and log), and
+// notify (a user-space agent decides, i.e. not the kernel filter) all do; errno, kill and
+// trace (ENOSYS without a tracer, and Brewlet starts none) do not.
+func lets(a specs.LinuxSeccompAction) bool {
+	switch a {
+	case specs.ActAllow, specs.ActLog, specs.ActNotify:
+		return true
+	}
+	return false
+}
+
+// gatedSyscall names the first capability-gated call a confining profile lets run, or "".
+// clone and unshare are fine when the rule only matches flag values without
+// CLONE_NEWUSER (containerd's own rule for processes without CAP_SYS_ADMIN has this form).
+func gatedSyscall(sc *specs.LinuxSeccomp) string {
+	if sc == nil {
+		return ""
+	}
+	for _, r := range sc.Syscalls {
+		if !lets(r.Action) {
+			continue
+		}
+		for _, name := range r.Names {
+			if !slices.Contains(gatedSyscalls, name) {
+				continue
+			}
+			if (name == "clone" || name == "unshare") && withoutNewUser(r.Args) {
+				continue
+			}
+			return name
+		}
+	}
+	return ""
+}
+
+// withoutNewUser reports whether a rule's argument conditions match only flags without
+// CLONE_NEWUSER: a masked-equal comparison of the flags argument (index 0; index 1 is
+// clone's flags on s390) whose mask covers CLONE_NEWUSER and whose value has it clear.
+// Conditions of one rule all have to hold, so one such condition is enough.
+func withoutNewUser(args []specs.LinuxSeccompArg) bool {
+	for _, a := range args {
+		if a.Op == specs.OpMaskedEqual && a.Index <= 1 &&
+			a.Value&unix.CLONE_NEWUSER != 0 && a.ValueTwo&unix.CLONE_NEWUSER == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// noCapsProfile is containerd's default profile as generated for a process without
+// capabilities: what every Brewlet process may run under at most.
+func noCapsProfile() *specs.LinuxSeccomp {
+	return seccomp.DefaultProfile(&specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}})
+}
+
+// isRuntimeDefault reports whether a spec's filter is the one containerd generates for
+// seccompProfile RuntimeDefault and the capabilities the spec asks for: that profile is
+// containerd's, not the pod author's, so narrowing it to the no-capability profile takes
+// nothing the pod chose. A containerd of another version generates a slightly different
+// list; such a profile, if it opens a gated call, is refused like a Localhost one.
+func isRuntimeDefault(s *specs.Spec) bool {
+	if s.Linux == nil || s.Linux.Seccomp == nil || s.Process == nil {
+		return false
+	}
+	// DefaultProfile reads only the bounding set, and dereferences it unchecked.
+	caps := &specs.LinuxCapabilities{}
+	if s.Process.Capabilities != nil {
+		caps.Bounding = s.Process.Capabilities.Bounding
+	}
+	want, err := json.Marshal(seccomp.DefaultProfile(&specs.Spec{Process: &specs.Process{Capabilities: caps}}))
+	if err != nil {
+		return false
+	}
+	have, err := json.Marshal(s.Linux.Seccomp)
+	return err == nil && bytes.Equal(have, want)
+}
+
+// seccompRefusal says why a spec's confining filter is refused, or "": a filter other than
+// containerd's RuntimeDefault (a Localhost profile) that lets a capability-gated call run.
+// The pod's author wrote that profile, so Brewlet does not silently replace it.
+func seccompRefusal(s *specs.Spec) string {
+	if permissiveSeccomp(s.Linux.Seccomp) {
+		return "" // replaced by neutralizeSpec: nothing confining was chosen
+	}
+	name := gatedSyscall(s.Linux.Seccomp)
+	if name == "" || isRuntimeDefault(s) {
+		return ""
+	}
+	return "the seccomp profile (Localhost) lets " + name + " run, which a process without capabilities can use to create a user namespace or reach kernel interfaces that need capabilities; Brewlet processes run without capabilities: use seccompProfile RuntimeDefault, or refuse " + name + " in the profile (clone and unshare may be allowed only without CLONE_NEWUSER)"
+}

@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/framework"
+)
+
+// userNSProbe tries to create a user namespace as the container's process: the call a
+// process without capabilities can still make, and the one that hands them back inside.
+const userNSProbe = `grep Seccomp: /proc/self/status; grep CapEff /proc/self/status; ` +
+	`BB unshare -U BB true 2>&1 && echo userns-created || echo userns-refused`
+
+// Whatever seccomp profile containerd generated for the capabilities a pod asked for, a
+// Brewlet container runs under the profile for no capabilities: a pod that reached the node
+// asking for CAP_SYS_ADMIN with RuntimeDefault cannot create a user namespace, where the same
+// request on the stock runc handler can. A Localhost profile that opens unshare is refused.
+func TestShimSeccompForNoCapabilities(t *testing.T) {
+	d := newDataPath(t)
+	app := pushBusyboxApp(t, d)
+	sysAdmin := func(c *runtimeapi.ContainerConfig, bb string) {
+		c.Image = &runtimeapi.ImageSpec{Image: app}
+		c.Command = []string{bb, "sh", "-c", strings.ReplaceAll(userNSProbe, "BB", bb)}
+		c.Linux.SecurityContext.Capabilities = &runtimeapi.Capability{AddCapabilities: []string{"SYS_ADMIN"}}
+		c.Linux.SecurityContext.Seccomp = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}
+	}
+
+	t.Run("RuntimeDefault with CAP_SYS_ADMIN is narrowed", func(t *testing.T) {
+		cid, pod, err := d.startIn(t, nil, nil, func(c *runtimeapi.ContainerConfig) { sysAdmin(c, "/app/bin/busybox") })
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := d.output(t, cid, pod)
+		t.Logf("brewlet container:\n%s", out)
+		for _, want := range []string{"Seccomp:\t2", "CapEff:\t0000000000000000", "userns-refused", "Operation not permitted"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("inside the container: lacks %q:\n%s", want, out)
+			}
+		}
+		// The control: the same request on the stock handler, as the same non-root user,
+		// creates the namespace, so the refusal above is the shim's filter and not the
+		// kernel's settings.
+		stock := stockRun(t, d.n, func(c *runtimeapi.ContainerConfig) { sysAdmin(c, "/bin/busybox"); c.Image.Image = d.n.BusyboxImage })
+		t.Logf("stock runc container with the same request:\n%s", stock)
+		if !strings.Contains(stock, "userns-created") {
+			t.Errorf("control: the stock handler refused the user namespace too, so the test proves nothing:\n%s", stock)
+		}
+	})
+
+	t.Run("a Localhost profile opening unshare is refused", func(t *testing.T) {
+		prof := filepath.Join(t.TempDir(), "open-unshare.json")
+		if err := os.WriteFile(prof, []byte(`{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["unshare","read","write"],"action":"SCMP_ACT_ALLOW"}]}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := d.startIn(t, nil, nil, func(c *runtimeapi.ContainerConfig) {
+			c.Linux.SecurityContext.Seccomp = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: prof}
+		})
+		expectReason(t, err, vocab.ReasonPrivilegeNotSupported)
+		if !strings.Contains(err.Error(), "lets unshare run") {
+			t.Errorf("refusal does not name the call: %v", err)
+		}
+	})
+}
+
+// pushBusyboxApp pushes an application whose only layer holds a static busybox at
+// /app/bin/busybox, for probes the runtime's own tools cannot run.
+func pushBusyboxApp(t *testing.T, d *dataPath) string {
+	t.Helper()
+	src := t.TempDir()
+	b, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "busybox"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ref := d.n.Registry + "/apps/busybox-probe:1"
+	if _, errOut, code := brewlet(t, d.cli, "push", ref, "--layer", "app="+src+":/app/bin",
+		"--entrypoint", "/app/bin/busybox", "--requires-runtime", pyID); code != 0 {
+		t.Fatalf("push busybox app: %s", errOut)
+	}
+	return ref
+}
+
+// stockRun runs one container on the stock runc handler as uid 10001 and returns its log.
+func stockRun(t *testing.T, n *framework.Node, mutate func(*runtimeapi.ContainerConfig)) string {
+	t.Helper()
+	ctx := context.Background()
+	pod := n.PodConfig("stock-run", nil)
+	podID, err := n.RunPod(ctx, pod, "runc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := framework.ContainerConfig("app", n.BusyboxImage)
+	c.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{RunAsUser: &runtimeapi.Int64Value{Value: 10001}}
+	mutate(c)
+	cid, err := n.CreateStart(ctx, podID, pod, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, log := exited(t, n, cid, pod, "app.log")
+	return log
+}
