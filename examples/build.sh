@@ -24,16 +24,27 @@ jdk() {
   [[ -n $v ]] || { echo "no Debian openjdk-17-jdk-headless (apt-get update?)" >&2; return 1; }
   dir=$CACHE/jdk/$v
   if [[ ! -x $dir/usr/lib/jvm/java-17-openjdk-amd64/bin/javac ]]; then
-    mkdir -p "$debs" "$dir.tmp"
+    # Two builds may fill the cache at once (parallel test runs): each downloads into and
+    # unpacks in a directory of its own, and the first to finish provides the JDK.
+    local tmp dl
+    mkdir -p "$debs" "$(dirname "$dir")"
+    tmp=$(mktemp -d "$dir.tmp.XXXXXX")
+    dl=$(mktemp -d "$debs/.dl.XXXXXX")
     for p in openjdk-17-jdk-headless openjdk-17-jre-headless; do
       f=$(compgen -G "$debs/${p}_${v//:/%3a}_*.deb" | head -1 || true)
       if [[ -z $f ]]; then
-        (cd "$debs" && apt-get download -qq "$p=$v" >/dev/null)
-        f=$(compgen -G "$debs/${p}_${v//:/%3a}_*.deb" | head -1)
+        (cd "$dl" && apt-get download -qq "$p=$v" >/dev/null)
+        f=$(compgen -G "$dl/${p}_${v//:/%3a}_*.deb" | head -1)
+        mv -f "$f" "$debs/" && f=$debs/$(basename "$f")
       fi
-      dpkg-deb -x "$f" "$dir.tmp"
+      dpkg-deb -x "$f" "$tmp"
     done
-    rm -rf "$dir" && mv "$dir.tmp" "$dir"
+    rmdir "$dl"
+    if [[ ! -x $dir/usr/lib/jvm/java-17-openjdk-amd64/bin/javac ]]; then
+      rm -rf "$dir" && mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
+    else
+      rm -rf "$tmp"
+    fi
   fi
   echo "$dir/usr/lib/jvm/java-17-openjdk-amd64"
 }

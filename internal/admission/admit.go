@@ -82,8 +82,10 @@ func Approval(ri *brewletv1.RuntimeImage) error {
 // UnknownRuntimeImage, RuntimeImageRevoked), root identities (RootNotSupported) and
 // privileges (PrivilegeNotSupported) of the pod and of every init, regular and ephemeral
 // container. Mutations on an admitted pod: required node affinity on
-// brewlet.sh/runtime.<id> in [ready, available] ANDed into every nodeSelectorTerm, and
+// vocab.RuntimeLabel(id) in [ready, available] ANDed into every nodeSelectorTerm, and
 // pod-level runAsUser/runAsGroup defaulted from spec.user where the pod leaves them unset.
+// Pod Security: contradictions of what the node enforces are refused (podSecurityViolations)
+// and the fields restricted checks are filled where unset (applyPodSecurity).
 func Admit(pod *corev1.Pod, ri *brewletv1.RuntimeImage) Decision {
 	var d Decision
 	id, ok := RuntimeImageID(pod)
@@ -110,6 +112,7 @@ func Admit(pod *corev1.Pod, ri *brewletv1.RuntimeImage) Decision {
 		}
 	}
 	d.Denials = append(d.Denials, securityViolations(pod)...)
+	d.Denials = append(d.Denials, podSecurityViolations(pod)...)
 	d.Warnings = pathWarnings(pod)
 	if !d.Allowed() {
 		return d
@@ -117,6 +120,7 @@ func Admit(pod *corev1.Pod, ri *brewletv1.RuntimeImage) Decision {
 	out := pod.DeepCopy()
 	requireRuntimeLabel(out, id)
 	defaultIdentity(out, ri.Spec.User)
+	applyPodSecurity(out)
 	d.Pod = out
 	return d
 }
@@ -241,7 +245,7 @@ func pathWarnings(pod *corev1.Pod) []string {
 	return w
 }
 
-// requireRuntimeLabel ANDs "brewlet.sh/runtime.<id> in (ready, available)" into every
+// requireRuntimeLabel ANDs "vocab.RuntimeLabel(id) in (ready, available)" into every
 // required nodeSelectorTerm. Terms are ORed by the scheduler, so adding the requirement to
 // one term, or adding a term of its own beside the others, would let the pod land on a node
 // without the runtime; with no terms at all, one term carries it alone.

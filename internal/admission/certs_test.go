@@ -2,17 +2,26 @@ package admission
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"maps"
+	"net"
+	"slices"
 	"testing"
 	"time"
 )
 
-var testPolicy = CertPolicy{CAValidity: 300 * time.Hour, CertValidity: 30 * time.Hour, Hosts: []string{"svc.ns.svc", "127.0.0.1"}}
+// testPolicy: renewal at 20h, promoteDelay 10 minutes, retireGrace 10 minutes.
+var testPolicy = CertPolicy{CertValidity: 30 * time.Hour, Resync: time.Minute, Hosts: []string{"svc.ns.svc", "127.0.0.1"}}
 
-func leafOf(t *testing.T, b Bundle) *x509.Certificate {
+func leafOf(t *testing.T, crt, key []byte) *x509.Certificate {
 	t.Helper()
-	pair, err := tls.X509KeyPair(b.Cert, b.Key)
+	pair, err := tls.X509KeyPair(crt, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,108 +32,250 @@ func leafOf(t *testing.T, b Bundle) *x509.Certificate {
 	return leaf
 }
 
-// verifies reports whether the serving certificate chains to the bundle at time at.
-func verifies(t *testing.T, b Bundle, at time.Time) bool {
+// verifies reports whether the certificate chains to the bundle at time at.
+func verifies(t *testing.T, bundle, crt, key []byte, at time.Time) bool {
 	t.Helper()
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b.CABundle) {
+	if !pool.AppendCertsFromPEM(bundle) {
 		t.Fatal("empty CA bundle")
 	}
-	_, err := leafOf(t, b).Verify(x509.VerifyOptions{Roots: pool, CurrentTime: at, DNSName: "svc.ns.svc"})
+	_, err := leafOf(t, crt, key).Verify(x509.VerifyOptions{Roots: pool, CurrentTime: at, DNSName: "svc.ns.svc"})
 	return err == nil
 }
 
-func TestRenewLifecycle(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	b, changed, err := Renew(Bundle{}, testPolicy, t0)
-	if err != nil || !changed {
-		t.Fatalf("first: changed=%v err=%v", changed, err)
-	}
-	if !verifies(t, b, t0) || len(parseCerts(b.CABundle)) != 1 {
-		t.Fatal("fresh bundle does not verify")
-	}
-	if ip := leafOf(t, b).IPAddresses; len(ip) != 1 || ip[0].String() != "127.0.0.1" {
-		t.Fatalf("IP SANs %v", ip)
-	}
-	// Nothing due: nothing changes (replicas and restarts write nothing).
-	if _, changed, _ := Renew(b, testPolicy, t0.Add(19*time.Hour)); changed {
-		t.Fatal("renewed with two thirds of the lifetime left")
-	}
-	// Serving certificate due (less than a third left): new leaf, same CA, bundle unchanged.
-	b2, changed, _ := Renew(b, testPolicy, t0.Add(21*time.Hour))
-	if !changed || bytes.Equal(b2.Cert, b.Cert) || !bytes.Equal(b2.CABundle, b.CABundle) || !bytes.Equal(b2.CAKey, b.CAKey) {
-		t.Fatal("serving renewal should keep the CA")
-	}
-	// Hosts changed: reissued at once.
-	p := testPolicy
-	p.Hosts = []string{"other.ns.svc"}
-	if b3, changed, _ := Renew(b2, p, t0.Add(22*time.Hour)); !changed || leafOf(t, b3).DNSNames[0] != "other.ns.svc" {
-		t.Fatal("host change not reissued")
-	}
-	// CA due: a successor is published in front of the bundle, the current CA keeps
-	// signing, and the serving certificate (still fresh) stays.
-	at := t0.Add(201 * time.Hour)
-	b4, _, _ := Renew(b2, testPolicy, at.Add(-5*time.Hour)) // serving renewed just before
-	b5, changed, _ := Renew(b4, testPolicy, at)
-	cas := parseCerts(b5.CABundle)
-	if !changed || len(cas) != 2 || !bytes.Equal(b5.CAKey, b4.CAKey) || len(b5.NextCAKey) == 0 || !bytes.Equal(b5.Cert, b4.Cert) {
-		t.Fatalf("CA rotation: changed=%v cas=%d", changed, len(cas))
-	}
-	if !verifies(t, b5, at) {
-		t.Fatal("serving certificate no longer verifies during CA rotation")
-	}
-	// A serving renewal before promotion is still signed by the current CA: the API
-	// server may not have loaded the bundle with the successor yet.
-	noLeaf := b5
-	noLeaf.Cert, noLeaf.Key = nil, nil
-	early, _, _ := Renew(noLeaf, testPolicy, at.Add(9*time.Minute))
-	if err := leafOf(t, early).CheckSignatureFrom(cas[1]); err != nil || !bytes.Equal(early.CAKey, b4.CAKey) {
-		t.Fatalf("renewal before promotion not signed by the current CA: %v", err)
-	}
-	// After promoteDelay the successor signs; nothing else changes in that pass.
-	promoted, changed, _ := Renew(b5, testPolicy, at.Add(11*time.Minute))
-	if !changed || !bytes.Equal(promoted.CAKey, b5.NextCAKey) || len(promoted.NextCAKey) != 0 ||
-		!bytes.Equal(promoted.Cert, b5.Cert) || !bytes.Equal(promoted.CABundle, b5.CABundle) {
-		t.Fatal("successor not promoted cleanly")
-	}
-	// Next serving renewal moves to the new CA; it verifies against the bundle.
-	b6, _, _ := Renew(promoted, testPolicy, at.Add(21*time.Hour))
-	if bytes.Equal(b6.Cert, b5.Cert) || !verifies(t, b6, at.Add(21*time.Hour)) {
-		t.Fatal("serving certificate not renewed under the new CA")
-	}
-	if err := leafOf(t, b6).CheckSignatureFrom(cas[0]); err != nil {
-		t.Fatalf("renewed leaf not signed by the newest CA: %v", err)
-	}
-	// CA and serving certificate due in the same pass: the leaf is still signed by the
-	// CA the API server already trusts.
-	both, _, _ := Renew(b4, testPolicy, t0.Add(227*time.Hour))
-	if cs := parseCerts(both.CABundle); len(cs) != 2 || leafOf(t, both).CheckSignatureFrom(cs[1]) != nil {
-		t.Fatal("a leaf renewed with the CA rotation was signed by the unpublished CA")
-	}
-	// Once the old CA expires it leaves the bundle.
-	b7, _, _ := Renew(b6, testPolicy, t0.Add(301*time.Hour))
-	if n := len(parseCerts(b7.CABundle)); n != 1 {
-		t.Fatalf("expired CA kept: %d CAs", n)
+// assertNoCAKey fails if a private key in data belongs to a CA of the bundle, other than
+// the legacy keys allowed (kept while their CA is trusted).
+func assertNoCAKey(t *testing.T, data map[string][]byte, allowed ...string) {
+	t.Helper()
+	for k, v := range data {
+		pub := ecPublicKeyOf(v)
+		if pub == nil || slices.Contains(allowed, k) {
+			continue
+		}
+		for _, c := range parseCerts(data[KeyCABundle]) {
+			if pub.Equal(c.PublicKey) {
+				t.Fatalf("Secret key %s is the private key of CA %s", k, c.Subject.CommonName)
+			}
+		}
 	}
 }
 
-func TestRenewReplacesGarbage(t *testing.T) {
-	now := time.Now()
-	good, _, _ := Renew(Bundle{}, testPolicy, now)
-	other, _, _ := Renew(Bundle{}, testPolicy, now)
-	for name, b := range map[string]Bundle{
-		"garbage":                {CABundle: []byte("x"), CAKey: []byte("y"), Cert: []byte("z"), Key: []byte("w")},
-		"CA key of another CA":   {CABundle: good.CABundle, CAKey: other.CAKey, Cert: good.Cert, Key: good.Key},
-		"next key of another CA": {CABundle: good.CABundle, CAKey: other.CAKey, NextCAKey: other.CAKey, Cert: good.Cert, Key: good.Key},
-		"leaf of another CA":     {CABundle: good.CABundle, CAKey: good.CAKey, Cert: other.Cert, Key: other.Key},
-		"leaf with another key":  {CABundle: good.CABundle, CAKey: good.CAKey, Cert: good.Cert, Key: other.Key},
-	} {
-		out, changed, err := Renew(b, testPolicy, now)
-		if err != nil || !changed || !verifies(t, out, now) {
-			t.Fatalf("%s: changed=%v err=%v", name, changed, err)
-		}
+// legacySecret is what versions before one-shot CAs stored: a long-lived CA with its key
+// in ca.key, signing the serving certificate.
+func legacySecret(t *testing.T, caLife, leafLife time.Duration, now time.Time) map[string][]byte {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "brewlet-pod-admission-ca-legacy"},
+		NotBefore: now.Add(-clockSkew), NotAfter: now.Add(caLife), KeyUsage: x509.KeyUsageCertSign,
+		BasicConstraintsValid: true, IsCA: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, _, err := Renew(Bundle{}, CertPolicy{}, now); err == nil {
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	dns, ips := splitHosts(testPolicy.Hosts)
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: serial(),
+		NotBefore: now.Add(-clockSkew), NotAfter: now.Add(leafLife), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, DNSNames: dns, IPAddresses: ips}, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caKeyPEM, _ := keyPEM(caKey)
+	keyPEMBytes, _ := keyPEM(key)
+	return map[string][]byte{KeyCABundle: certsPEM([]*x509.Certificate{ca}), "ca.key": caKeyPEM,
+		KeyCert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), KeyKey: keyPEMBytes}
+}
+
+// renew is RenewSecret that must succeed.
+func renew(t *testing.T, data map[string][]byte, p CertPolicy, at time.Time) map[string][]byte {
+	t.Helper()
+	out, _, _, err := RenewSecret(data, p, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func with(data map[string][]byte, kv ...string) map[string][]byte {
+	out := maps.Clone(data)
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i]] = []byte(kv[i+1])
+	}
+	return out
+}
+
+func TestRenewSecret(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	due := t0.Add(21 * time.Hour)
+	// One rotation, step by step: each state is the previous one renewed.
+	fresh := renew(t, nil, testPolicy, t0)
+	staged := renew(t, fresh, testPolicy, due)
+	promoted := renew(t, staged, testPolicy, due.Add(11*time.Minute))
+	// An old-format Secret and its migration.
+	legacy := legacySecret(t, 300*time.Hour, 30*time.Hour, t0)
+	legacyStaged := renew(t, legacy, testPolicy, t0.Add(time.Hour))
+	legacyPromoted := renew(t, legacyStaged, testPolicy, t0.Add(time.Hour+11*time.Minute))
+
+	other := renew(t, nil, testPolicy, t0)
+	hosts := testPolicy
+	hosts.Hosts = []string{"other.ns.svc"}
+	expiredCA := renew(t, nil, CertPolicy{CertValidity: time.Hour, Hosts: testPolicy.Hosts}, t0.Add(-2*time.Hour))
+
+	type want struct {
+		changed  bool
+		cas      int      // CAs in the bundle
+		served   []byte   // the certificate served afterwards (nil: a new one)
+		staged   bool     // a successor is staged
+		stagedAs []byte   // and it is this one (nil: any)
+		legacy   bool     // ca.key is still there
+		dropped  []string // keys removed
+	}
+	for _, tc := range []struct {
+		name  string
+		in    map[string][]byte
+		p     CertPolicy
+		at    time.Time
+		want  want
+		check func(t *testing.T, out map[string][]byte)
+	}{
+		{name: "fresh: empty Secret", in: nil, at: t0,
+			want: want{changed: true, cas: 1}},
+		{name: "nothing due: no write", in: fresh, at: t0.Add(19 * time.Hour),
+			want: want{cas: 1, served: fresh[KeyCert]}},
+		{name: "due: successor staged, its CA published in front, the current one still served", in: fresh, at: due,
+			want: want{changed: true, cas: 2, served: fresh[KeyCert], staged: true},
+			check: func(t *testing.T, out map[string][]byte) {
+				if leafOf(t, out[KeyNextCert], out[KeyNextKey]).CheckSignatureFrom(parseCerts(out[KeyCABundle])[0]) != nil {
+					t.Error("the staged certificate's CA is not first in the bundle")
+				}
+			}},
+		{name: "staged, before promoteDelay: nothing moves", in: staged, at: due.Add(9 * time.Minute),
+			want: want{cas: 2, served: fresh[KeyCert], staged: true, stagedAs: staged[KeyNextCert]}},
+		{name: "staged, after promoteDelay: successor served, both CAs trusted (overlap)", in: staged, at: due.Add(11 * time.Minute),
+			want: want{changed: true, cas: 2, served: staged[KeyNextCert]}},
+		{name: "overlap holds during retireGrace", in: promoted, at: due.Add(19 * time.Minute),
+			want: want{cas: 2, served: staged[KeyNextCert]}},
+		{name: "superseded CA pruned after retireGrace", in: promoted, at: due.Add(21 * time.Minute),
+			want: want{changed: true, cas: 1, served: staged[KeyNextCert]}},
+		{name: "served certificate expired with a successor staged: promoted at once", in: staged, at: t0.Add(31 * time.Hour),
+			want: want{changed: true, cas: 1, served: staged[KeyNextCert]}},
+		{name: "expired CA and certificate: replaced, the expired CA pruned", in: expiredCA, at: t0,
+			want: want{changed: true, cas: 1}},
+		{name: "names changed: reissued at once", in: promoted, p: hosts, at: due.Add(12 * time.Minute),
+			want: want{changed: true, cas: 3},
+			check: func(t *testing.T, out map[string][]byte) {
+				if n := leafOf(t, out[KeyCert], out[KeyKey]).DNSNames; !slices.Equal(n, []string{"other.ns.svc"}) {
+					t.Errorf("names %v", n)
+				}
+			}},
+		{name: "old-format Secret: rotated to a one-shot CA, CA key kept while its CA is trusted", in: legacy, at: t0.Add(time.Hour),
+			want: want{changed: true, cas: 2, served: legacy[KeyCert], staged: true, legacy: true}},
+		{name: "old-format Secret promoted: the old CA still trusted for the replicas that lag", in: legacyStaged, at: t0.Add(time.Hour + 11*time.Minute),
+			want: want{changed: true, cas: 2, served: legacyStaged[KeyNextCert], legacy: true}},
+		{name: "old-format Secret after retireGrace: the old CA and its key removed together", in: legacyPromoted, at: t0.Add(time.Hour + 21*time.Minute),
+			want: want{changed: true, cas: 1, served: legacyStaged[KeyNextCert], dropped: []string{"ca.key"}}},
+		{name: "old-format CA key of no trusted CA: removed at once", in: with(fresh, "ca.key", string(other[KeyKey]), "ca-next.key", "junk"), at: t0.Add(time.Hour),
+			want: want{changed: true, cas: 1, served: fresh[KeyCert], dropped: []string{"ca-next.key", "ca.key"}}},
+		{name: "a key nobody writes: removed", in: with(fresh, "extra", "x"), at: t0.Add(time.Hour),
+			want: want{changed: true, cas: 1, served: fresh[KeyCert], dropped: []string{"extra"}}},
+		{name: "garbage: replaced", in: map[string][]byte{KeyCABundle: []byte("x"), KeyCert: []byte("z"), KeyKey: []byte("w"), KeyNextCert: []byte("y")}, at: t0,
+			want: want{changed: true, cas: 1}},
+		{name: "certificate of another CA: replaced", in: with(fresh, KeyCert, string(other[KeyCert]), KeyKey, string(other[KeyKey])), at: t0,
+			want: want{changed: true, cas: 2}},
+		{name: "certificate with another key: replaced", in: with(fresh, KeyKey, string(other[KeyKey])), at: t0,
+			want: want{changed: true, cas: 2}},
+		{name: "staged certificate of an unpublished CA: dropped, not served", in: with(fresh, KeyNextCert, string(other[KeyCert]), KeyNextKey, string(other[KeyKey])),
+			at: due.Add(time.Hour), want: want{changed: true, cas: 2, served: fresh[KeyCert], staged: true},
+			check: func(t *testing.T, out map[string][]byte) {
+				if bytes.Equal(out[KeyNextCert], other[KeyCert]) {
+					t.Error("kept a staged certificate no bundle CA signed")
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPolicy
+			if tc.p.Hosts != nil {
+				p = tc.p
+			}
+			out, changed, dropped, err := RenewSecret(tc.in, p, tc.at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := tc.want
+			if changed != w.changed {
+				t.Errorf("changed %v, want %v", changed, w.changed)
+			}
+			if !changed && !equalData(out, tc.in) {
+				t.Error("unchanged but the data differs")
+			}
+			if n := len(parseCerts(out[KeyCABundle])); n != w.cas {
+				t.Errorf("%d CAs in the bundle, want %d", n, w.cas)
+			}
+			if w.served != nil && !bytes.Equal(out[KeyCert], w.served) {
+				t.Error("serves another certificate than expected")
+			}
+			if w.served == nil && tc.in != nil && bytes.Equal(out[KeyCert], tc.in[KeyCert]) {
+				t.Error("kept the certificate it should replace")
+			}
+			if got := len(out[KeyNextCert]) > 0 && len(out[KeyNextKey]) > 0; got != w.staged {
+				t.Errorf("staged %v, want %v", got, w.staged)
+			}
+			if w.stagedAs != nil && !bytes.Equal(out[KeyNextCert], w.stagedAs) {
+				t.Error("staged another successor")
+			}
+			if _, ok := out["ca.key"]; ok != w.legacy {
+				t.Errorf("ca.key kept %v, want %v", ok, w.legacy)
+			}
+			if !slices.Equal(dropped, w.dropped) {
+				t.Errorf("dropped %v, want %v", dropped, w.dropped)
+			}
+			// Always: the served certificate chains to the bundle and names the hosts, and
+			// no key of the Secret can sign for a CA the bundle trusts (but a legacy one
+			// on its way out).
+			if !verifies(t, out[KeyCABundle], out[KeyCert], out[KeyKey], tc.at) && p.Hosts[0] == "svc.ns.svc" {
+				t.Error("served certificate does not verify against the bundle")
+			}
+			if w.staged && !verifies(t, out[KeyCABundle], out[KeyNextCert], out[KeyNextKey], tc.at) {
+				t.Error("staged certificate does not verify against the bundle")
+			}
+			assertNoCAKey(t, out, "ca.key")
+			for k := range out {
+				if !slices.Contains([]string{KeyCABundle, KeyCert, KeyKey, KeyNextCert, KeyNextKey, "ca.key"}, k) {
+					t.Errorf("unexpected key %s", k)
+				}
+			}
+			if tc.check != nil {
+				tc.check(t, out)
+			}
+		})
+	}
+}
+
+// TestOneShotCA: each serving certificate has a CA of its own, valid exactly as long, that
+// can sign nothing but certificates of depth zero.
+func TestOneShotCA(t *testing.T) {
+	now := time.Now()
+	s, crt, key, err := issueOneShot(testPolicy, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := leafOf(t, crt, key)
+	if !s.issuer.NotAfter.Equal(leaf.NotAfter) || !s.issuer.NotBefore.Equal(leaf.NotBefore) || !s.issuer.MaxPathLenZero ||
+		s.issuer.KeyUsage != x509.KeyUsageCertSign {
+		t.Fatalf("CA %v–%v pathlen0=%v usage=%v, certificate %v–%v", s.issuer.NotBefore, s.issuer.NotAfter,
+			s.issuer.MaxPathLenZero, s.issuer.KeyUsage, leaf.NotBefore, leaf.NotAfter)
+	}
+	if s.due(testPolicy, now) {
+		t.Fatal("a fresh certificate is due")
+	}
+	if ip := leaf.IPAddresses; len(ip) != 1 || !ip[0].Equal(net.ParseIP("127.0.0.1")) {
+		t.Fatalf("IP SANs %v", ip)
+	}
+	if _, _, _, err := issueOneShot(CertPolicy{CertValidity: time.Hour}, now); err == nil {
 		t.Fatal("no hosts accepted")
+	}
+	if promoteDelay(CertPolicy{}.withDefaults()) != 10*time.Minute || promoteDelay(testPolicy) >= testPolicy.CertValidity/3 {
+		t.Fatal("promoteDelay out of bounds")
 	}
 }

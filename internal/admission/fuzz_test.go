@@ -7,14 +7,16 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/pod-security-admission/api"
 	"k8s.io/utils/ptr"
 
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
 // FuzzAdmit: any pod JSON never panics Admit, and an admitted pod never runs a process
-// as root (user, group, fsGroup or supplementary group) or with privileges, always carries
-// the runtime affinity in every term, and is a fixed point of Admit.
+// as root (user, group, fsGroup or supplementary group) or with privileges, passes Pod
+// Security restricted on every field Admit owns, always carries the runtime affinity in
+// every term, and is a fixed point of Admit.
 func FuzzAdmit(f *testing.F) {
 	for _, seed := range []string{
 		`{}`,
@@ -25,6 +27,10 @@ func FuzzAdmit(f *testing.F) {
 		`{"spec":{"securityContext":{"fsGroup":0,"supplementalGroups":[0]},"ephemeralContainers":[{"name":"d","securityContext":{"runAsGroup":0,"procMount":"Unmasked"}}]}}`,
 		`{"spec":{"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{},{"matchFields":[{"key":"metadata.name","operator":"In","values":["n"]}]}]}}}}}`,
 		`{"metadata":{"annotations":{"brewlet.sh/runtime-image":"ruby"}},"spec":{"runtimeClassName":"brewlet"}}`,
+		`{"spec":{"securityContext":{"runAsNonRoot":false,"seccompProfile":{"type":"Unconfined"}},"containers":[{"name":"a","securityContext":{"runAsNonRoot":true,"capabilities":{"drop":["NET_RAW"]}}}]}}`,
+		`{"spec":{"securityContext":{"seccompProfile":{"type":"Localhost","localhostProfile":"p.json"}},"initContainers":[{"name":"i","securityContext":{"seccompProfile":{"type":"Unconfined"},"allowPrivilegeEscalation":false}}],"ephemeralContainers":[{"name":"d","securityContext":{"capabilities":{"add":["NET_BIND_SERVICE"]}}}]}}`,
+		`{"spec":{"securityContext":{"seccompProfile":{}},"containers":[{"name":"a","securityContext":{"seccompProfile":{"type":"x"}}}]}}`,
+		`{"spec":{"os":{"name":"windows"},"hostUsers":false,"containers":[{"name":"a","securityContext":{"capabilities":{"drop":["ALL"]},"runAsNonRoot":false}}]}}`,
 	} {
 		f.Add([]byte(seed), true, int64(10001))
 		f.Add([]byte(seed), false, int64(0))
@@ -91,6 +97,9 @@ func checkAdmitted(t *testing.T, p *corev1.Pod) {
 		if uid == 0 || gid == 0 {
 			t.Fatalf("%s admitted as %d:%d", c.path, uid, gid)
 		}
+	}
+	if v := podSecurity(t, p, api.LevelRestricted, true); len(v) != 0 {
+		t.Fatalf("admitted pod violates Pod Security restricted: %q", v)
 	}
 	terms := s.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 	if len(terms) == 0 {

@@ -42,9 +42,10 @@ type Handler struct {
 var _ admission.Handler = (*Handler)(nil)
 
 // Handle decodes the pod, looks up its RuntimeImage and applies Admit. On CREATE the
-// mutations are returned as a JSON patch. On UPDATE (the pods/ephemeralcontainers
-// subresource, kubectl debug) the pod is only judged: the API server ignores changes to
-// anything but ephemeral containers there, and Admit is idempotent on an admitted pod.
+// mutations are returned as a JSON patch. On UPDATE of the pods/ephemeralcontainers
+// subresource (kubectl debug) the whole pod is judged, and the patch fills the security
+// fields of the ephemeral containers being added, nothing else (newEphemeralContainers):
+// Pod Security checks them there too.
 func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	pod := &corev1.Pod{}
 	if err := json.Unmarshal(req.Object.Raw, pod); err != nil {
@@ -68,10 +69,24 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Denied(d.Message()).WithWarnings(d.Warnings...)
 	}
 	requests.WithLabelValues("allowed").Inc()
-	if req.Operation != admissionv1.Create {
+	target := d.Pod
+	switch {
+	case req.Operation == admissionv1.Create:
+	case req.Operation == admissionv1.Update && req.SubResource == "ephemeralcontainers":
+		old := &corev1.Pod{}
+		if len(req.OldObject.Raw) > 0 {
+			if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+				return admission.Errored(http.StatusBadRequest, err)
+			}
+		}
+		if target, err = newEphemeralContainers(pod, d.Pod, old); err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+	default:
+		// Not an operation the configuration sends; judged, never changed.
 		return admission.Allowed("").WithWarnings(d.Warnings...)
 	}
-	out, err := json.Marshal(d.Pod)
+	out, err := json.Marshal(target)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}

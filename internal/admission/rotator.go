@@ -114,20 +114,16 @@ func (r *Rotator) Pass(ctx context.Context) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("read Secret %s: %w", key, err)
 	}
-	old := Bundle{CABundle: sec.Data[KeyCABundle], CAKey: sec.Data[KeyCAKey], NextCAKey: sec.Data[KeyNextCAKey],
-		Cert: sec.Data[KeyCert], Key: sec.Data[KeyKey]}
-	b, changed, err := Renew(old, r.Policy, now())
+	data, changed, dropped, err := RenewSecret(sec.Data, r.Policy, now())
 	if err != nil {
-		return err
+		return fmt.Errorf("renew the pod admission certificate in Secret %s: %w", key, err)
 	}
 	if changed {
-		sec.Data = map[string][]byte{KeyCABundle: b.CABundle, KeyCAKey: b.CAKey, KeyCert: b.Cert, KeyKey: b.Key}
-		if len(b.NextCAKey) > 0 {
-			sec.Data[KeyNextCAKey] = b.NextCAKey
-		}
+		sec.Data = data
 		if exists {
 			// Update carries the resourceVersion read above: a replica that renewed first
-			// wins and this one adopts its result on the retry.
+			// wins and this one adopts its result on the retry (what it generated was
+			// never published, and its CA key is already gone).
 			err = r.Writer.Update(ctx, sec)
 		} else {
 			sec.ObjectMeta = metav1.ObjectMeta{Namespace: r.Namespace, Name: r.SecretName,
@@ -139,11 +135,20 @@ func (r *Rotator) Pass(ctx context.Context) error {
 			return fmt.Errorf("write Secret %s: %w", key, err)
 		}
 		r.Log.Info("pod admission certificate renewed", "secret", key.String())
+		if len(dropped) > 0 {
+			r.Log.Info("removed keys this version does not keep from the certificate Secret (a CA private key of an earlier version once its CA left the caBundle)",
+				"secret", key.String(), "keys", dropped)
+		}
 	}
+	b := Bundle{CABundle: data[KeyCABundle], Cert: data[KeyCert], Key: data[KeyKey]}
+	// The caBundle first, then the certificate: a certificate of a CA just created (first
+	// run, or an unusable one replaced) meets an API server that already trusts it as far
+	// as this replica can arrange.
+	patchErr := r.patchCABundle(ctx, b.CABundle)
 	if err := r.install(b); err != nil {
 		return err
 	}
-	return r.patchCABundle(ctx, b.CABundle)
+	return patchErr
 }
 
 func (r *Rotator) install(b Bundle) error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -95,44 +97,107 @@ func TestRotatorReplicas(t *testing.T) {
 	if sec.ResourceVersion != rv || stored.ResourceVersion != cfgRV {
 		t.Fatal("an idle pass wrote")
 	}
-	// Serving renewal by one replica reaches the other on its next pass.
+	// Rotation across replicas: A stages a successor (certificate and key, its CA's key
+	// already gone), B promotes the very one A staged, and A serves it after its next pass.
+	first, _ := a.GetCertificate(nil)
 	now = now.Add(21 * time.Hour)
 	if err := a.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Pass(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := a.GetCertificate(nil)
-	cb, _ := b.GetCertificate(nil)
-	if !bytes.Equal(ca.Certificate[0], cb.Certificate[0]) {
-		t.Fatal("replicas serve different certificates after a renewal")
-	}
-	// CA rotation: the published successor's key is stored, so the other replica (or a
-	// restarted one) promotes the same CA rather than inventing its own.
-	now = now.Add(201 * time.Hour)
-	if err := a.Pass(ctx); err != nil {
-		t.Fatal(err)
-	}
 	_ = c.Get(ctx, types.NamespacedName{Namespace: "brewlet-system", Name: SecretName}, sec)
-	if len(sec.Data[KeyNextCAKey]) == 0 || len(parseCerts(sec.Data[KeyCABundle])) != 2 {
-		t.Fatal("successor CA not stored")
+	if len(sec.Data[KeyNextCert]) == 0 || len(parseCerts(sec.Data[KeyCABundle])) != 2 {
+		t.Fatal("successor not staged")
+	}
+	if cur, _ := a.GetCertificate(nil); !bytes.Equal(cur.Certificate[0], first.Certificate[0]) {
+		t.Fatal("a staged certificate was served before promoteDelay")
+	}
+	_ = c.Get(ctx, types.NamespacedName{Name: ConfigurationName}, stored)
+	if !bytes.Equal(stored.Webhooks[0].ClientConfig.CABundle, sec.Data[KeyCABundle]) {
+		t.Fatal("the successor's CA was not published in the caBundle")
 	}
 	now = now.Add(11 * time.Minute)
-	if err := b.Pass(ctx); err != nil {
-		t.Fatal(err)
+	for _, r := range []*Rotator{b, a} {
+		if err := r.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	promoted := &corev1.Secret{}
 	_ = c.Get(ctx, types.NamespacedName{Namespace: "brewlet-system", Name: SecretName}, promoted)
-	if !bytes.Equal(promoted.Data[KeyCAKey], sec.Data[KeyNextCAKey]) || len(promoted.Data[KeyNextCAKey]) != 0 {
-		t.Fatal("the other replica did not promote the stored successor")
+	if !bytes.Equal(promoted.Data[KeyCert], sec.Data[KeyNextCert]) || len(promoted.Data[KeyNextCert]) != 0 {
+		t.Fatal("the other replica did not promote the staged successor")
 	}
+	ca, _ := a.GetCertificate(nil)
+	cb, _ := b.GetCertificate(nil)
+	if !bytes.Equal(ca.Certificate[0], cb.Certificate[0]) || bytes.Equal(ca.Certificate[0], first.Certificate[0]) {
+		t.Fatal("replicas serve different certificates after a rotation")
+	}
+	assertNoCAKey(t, promoted.Data)
 	// A restarted replica serves the last certificate from its cert dir before any pass.
 	r := newRotator(c, a.CertDir, clock)
 	r.loadFiles()
 	if r.Ready() != nil {
 		t.Fatal("cert dir not loaded")
 	}
+}
+
+// TestRotatorMigratesLegacySecret: a Secret of a version that kept the CA key is moved to
+// one-shot CAs without a certificate the API server does not trust, and the CA and its key
+// leave together.
+func TestRotatorMigratesLegacySecret(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Now()
+	legacy := legacySecret(t, 300*time.Hour, 30*time.Hour, t0)
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "brewlet-system", Name: SecretName}, Data: legacy}
+	cfg := Configuration(ClientConfig{URL: "https://127.0.0.1:1/admit-pods"})
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(cfg, sec).Build()
+	now := t0
+	r := newRotator(c, t.TempDir(), func() time.Time { return now })
+	read := func() (*corev1.Secret, []byte) {
+		t.Helper()
+		s, m := &corev1.Secret{}, cfg.DeepCopy()
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "brewlet-system", Name: SecretName}, s); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Get(ctx, types.NamespacedName{Name: ConfigurationName}, m); err != nil {
+			t.Fatal(err)
+		}
+		return s, m.Webhooks[0].ClientConfig.CABundle
+	}
+	for _, step := range []struct {
+		after               time.Duration
+		servesLegacy, caKey bool
+		cas                 int
+	}{
+		{0, true, true, 2},                 // successor staged at once: the old CA signed many
+		{11 * time.Minute, false, true, 2}, // promoted; the old CA still trusted for lagging replicas
+		{21 * time.Minute, false, false, 1},
+	} {
+		now = t0.Add(step.after)
+		if err := r.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s, bundle := read()
+		served, _ := r.GetCertificate(nil)
+		if got := bytes.Equal(pemBytes(t, legacy[KeyCert]), served.Certificate[0]); got != step.servesLegacy {
+			t.Fatalf("+%s: serves the old certificate %v", step.after, got)
+		}
+		if _, ok := s.Data["ca.key"]; ok != step.caKey {
+			t.Fatalf("+%s: ca.key present %v", step.after, ok)
+		}
+		if n := len(parseCerts(s.Data[KeyCABundle])); n != step.cas || !bytes.Equal(bundle, s.Data[KeyCABundle]) {
+			t.Fatalf("+%s: %d CAs, caBundle patched %v", step.after, n, bytes.Equal(bundle, s.Data[KeyCABundle]))
+		}
+		assertNoCAKey(t, s.Data, "ca.key")
+	}
+}
+
+func pemBytes(t *testing.T, data []byte) []byte {
+	t.Helper()
+	blk, _ := pem.Decode(data)
+	if blk == nil {
+		t.Fatal("no PEM")
+	}
+	return blk.Bytes
 }
 
 func TestRotatorConflict(t *testing.T) {

@@ -3,7 +3,6 @@ package admission
 import (
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -30,9 +29,10 @@ type Options struct {
 	SecretName, ConfigurationName string
 	// Hosts the serving certificate names (default: ServiceName's DNS names in Namespace).
 	Hosts []string
-	// CAValidity and CertValidity: certificate lifetimes (defaults 5 years, 90 days); each
-	// is renewed with a third of its lifetime left.
-	CAValidity, CertValidity time.Duration
+	// CertValidity: the serving certificate's lifetime (default 90 days), renewed with a
+	// third left. Each certificate has a CA of its own that lives exactly as long and whose
+	// key is never kept, so there is no CA lifetime to set.
+	CertValidity time.Duration
 	// ResyncInterval between certificate passes (default 1 minute).
 	ResyncInterval time.Duration
 }
@@ -61,14 +61,11 @@ func Setup(mgr manager.Manager, o Options) (*Rotator, error) {
 		svc := ServiceName + "." + o.Namespace
 		o.Hosts = []string{svc + ".svc", svc, svc + ".svc.cluster.local"}
 	}
-	if o.CertValidity > 0 && o.CAValidity > 0 && o.CertValidity > o.CAValidity {
-		return nil, fmt.Errorf("pod admission: certificate validity %s exceeds the CA's %s", o.CertValidity, o.CAValidity)
-	}
 	rot := &Rotator{
 		Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Log: mgr.GetLogger().WithName("pod-admission-certs"),
 		Namespace: o.Namespace, SecretName: o.SecretName, ConfigurationName: o.ConfigurationName,
 		CertDir: o.CertDir, Interval: o.ResyncInterval,
-		Policy: CertPolicy{CAValidity: o.CAValidity, CertValidity: o.CertValidity, Hosts: o.Hosts},
+		Policy: CertPolicy{CertValidity: o.CertValidity, Resync: o.ResyncInterval, Hosts: o.Hosts},
 	}
 	srv := webhook.NewServer(webhook.Options{
 		Host: o.Host, Port: o.Port, CertDir: o.CertDir,

@@ -89,6 +89,10 @@ func dirEntry(root, rel string) (Entry, error) {
 	}
 	m := fi.Mode()
 	e := Entry{Path: rel, Mode: m.Perm() | m&(fs.ModeSetuid|fs.ModeSetgid)}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		// Runtime rules judge owners (PATH directories); application rules ignore them.
+		e.UID, e.GID = int(st.Uid), int(st.Gid)
+	}
 	switch {
 	case m.IsDir():
 		e.Type = TypeDir

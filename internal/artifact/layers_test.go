@@ -163,6 +163,15 @@ var corpus = []corpusCase{
 	{name: "overlay metacopy", layers: [][]ent{{dir("app"), {name: "app/f", typ: tar.TypeReg, mode: 0o644, xattrs: map[string]string{"trusted.overlay.metacopy": ""}}}}, rule: RuleXattr, path: "app/f"},
 	{name: "whiteout outside app", layers: [][]ent{{file(".wh.usr")}}, rule: RuleWhiteout, path: "usr"},
 	{name: "opaque outside app", layers: [][]ent{{dir("etc"), file("etc/.wh..wh..opq")}}, rule: RuleWhiteout, path: "etc"},
+	// Names that leave the layer or name its root once the whiteout prefix is stripped.
+	{name: "whiteout of /app from below it", layers: [][]ent{{dir("app"), dir("app/x"), file("app/x/.wh...")}}, rule: RuleWhiteoutName, path: "app/x/.wh...", tarOnly: true},
+	{name: "whiteout of its own directory", layers: [][]ent{{dir("app"), file("app/.wh..")}}, rule: RuleWhiteoutName, path: "app/.wh..", tarOnly: true},
+	{name: "whiteout of the layer's parent", layers: [][]ent{{file(".wh...")}}, rule: RuleWhiteoutName, path: ".wh...", tarOnly: true},
+	{name: "aufs metadata", layers: [][]ent{{dir("app"), file("app/.wh..wh.plnk")}}, rule: RuleWhiteoutName, path: "app/.wh..wh.plnk", tarOnly: true},
+	{name: "opaque marker used as a directory", layers: [][]ent{{dir("app"), file("app/.wh..wh..opq/x")}}, rule: RuleWhiteoutParent, path: "app/.wh..wh..opq/x", tarOnly: true},
+	{name: "file naming the layer root", layers: [][]ent{{file(".")}}, rule: RuleLayerRoot, path: ".", tarOnly: true},
+	{name: "hardlink to the layer root", layers: [][]ent{{dir("app"), hardlink("app/l", "./")}}, rule: RuleHardlinkTarget, path: "app/l", tarOnly: true},
+	{name: "hardlink through dotdot", layers: [][]ent{{dir("app"), hardlink("app/l", "app/../../etc/shadow")}}, rule: RuleHardlinkTarget, path: "app/l", tarOnly: true},
 	{name: "unreadable file", layers: [][]ent{{dir("app"), {name: "app/secret", typ: tar.TypeReg, mode: 0o600}}}, rule: RuleUnreadable, path: "app/secret"},
 	{name: "non-searchable directory", layers: [][]ent{{dir("app"), {name: "app/private", typ: tar.TypeDir, mode: 0o750}}}, rule: RuleNotSearchable, path: "app/private"},
 }

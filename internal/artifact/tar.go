@@ -2,9 +2,9 @@ package artifact
 
 import (
 	"archive/tar"
+	"fmt"
 	"io"
 	"io/fs"
-	"path"
 	"sort"
 	"strings"
 )
@@ -34,7 +34,8 @@ func TarEntries(r io.Reader, b *Budget, where string) ([]Entry, []Violation, err
 }
 
 // ReadTar calls fn for every acceptable entry of a layer tar stream with the entry's
-// content (regular files), and returns the entries refused by path or type.
+// content (regular files), and returns the entries refused by name (judgeName: paths
+// leaving the layer or naming its root, odd whiteouts, hard links out of it) or type.
 func ReadTar(r io.Reader, fn func(Entry, io.Reader) error) ([]Violation, error) {
 	return ReadTarHeaders(r, func(e Entry, _ *tar.Header, body io.Reader) error { return fn(e, body) })
 }
@@ -57,28 +58,24 @@ func ReadTarHeaders(r io.Reader, fn func(Entry, *tar.Header, io.Reader) error) (
 			vs = append(vs, Violation{Path: h.Name, Rule: RuleEntryType, Hint: "sparse files are not supported"})
 			continue
 		}
-		p, bad := cleanEntryPath(h.Name)
-		if bad != "" {
-			vs = append(vs, Violation{Path: h.Name, Rule: bad, Hint: "archive paths must be relative and stay under app/"})
+		n, rule, hint := judgeName(h.Name)
+		if rule != "" {
+			vs = append(vs, Violation{Path: h.Name, Rule: rule, Hint: hint})
 			continue
 		}
-		e := Entry{Path: p, Mode: fs.FileMode(h.Mode & 0o777), UID: h.Uid, GID: h.Gid}
+		e := Entry{Path: n.path, Mode: fs.FileMode(h.Mode & 0o777), UID: h.Uid, GID: h.Gid}
 		if h.Mode&0o4000 != 0 {
 			e.Mode |= fs.ModeSetuid
 		}
 		if h.Mode&0o2000 != 0 {
 			e.Mode |= fs.ModeSetgid
 		}
-		base := path.Base(p)
 		switch {
-		case base == opaqueMarker:
-			e.Path, e.Type, e.Opaque = path.Dir(p), TypeDir, true
+		case n.opaque:
+			e.Type, e.Opaque = TypeDir, true
 			e.Mode = 0o755
-		case base == whiteoutPrefix:
-			vs = append(vs, Violation{Path: h.Name, Rule: RuleEntryType, Hint: "a whiteout must name the entry it deletes"})
-			continue
-		case strings.HasPrefix(base, whiteoutPrefix):
-			e.Path, e.Type = path.Join(path.Dir(p), strings.TrimPrefix(base, whiteoutPrefix)), TypeWhiteout
+		case n.whiteout:
+			e.Type = TypeWhiteout
 		default:
 			switch h.Typeflag {
 			case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // old archives still use TypeRegA
@@ -88,13 +85,22 @@ func ReadTarHeaders(r io.Reader, fn func(Entry, *tar.Header, io.Reader) error) (
 			case tar.TypeSymlink:
 				e.Type, e.Linkname = TypeSymlink, h.Linkname
 			case tar.TypeLink:
-				e.Type, e.Linkname = TypeHardlink, h.Linkname
+				t, rule := judgeHardlinkTarget(h.Linkname)
+				if rule != "" {
+					vs = append(vs, Violation{Path: h.Name, Rule: rule, Hint: fmt.Sprintf("target %q must be a path inside the layer, not its root", h.Linkname)})
+					continue
+				}
+				e.Type, e.Linkname = TypeHardlink, t
 			case tar.TypeChar, tar.TypeBlock:
 				e.Type = TypeDevice
 			case tar.TypeFifo:
 				e.Type = TypeFIFO
 			default:
 				vs = append(vs, Violation{Path: h.Name, Rule: RuleEntryType, Hint: "only files, directories, symlinks and hardlinks are allowed"})
+				continue
+			}
+			if e.Path == "." && e.Type != TypeDir {
+				vs = append(vs, Violation{Path: h.Name, Rule: RuleLayerRoot, Hint: "only a directory entry may name the layer root"})
 				continue
 			}
 		}

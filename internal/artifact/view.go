@@ -148,7 +148,12 @@ func (v *View) Entries(fn func(Entry)) {
 // absolute target starts at the container root; ".." at the root stays there) and returns
 // the final path, relative to the root. Unknown components (runtime files, dangling names)
 // are taken literally.
-func (v *View) Resolve(p string) (string, bool) {
+func (v *View) Resolve(p string) (string, bool) { return v.ResolveVisit(p, nil) }
+
+// ResolveVisit is Resolve calling visit (when not nil) with every path it passes through
+// as a directory on the way, in order, the final path included: what the kernel searches
+// to reach p. Symlinks are not visited; their targets are.
+func (v *View) ResolveVisit(p string, visit func(dir string)) (string, bool) {
 	hops := 0
 	dir, rest := "", strings.Split(p, "/")
 	for len(rest) > 0 {
@@ -179,6 +184,9 @@ func (v *View) Resolve(p string) (string, bool) {
 			continue
 		}
 		dir = next
+		if visit != nil {
+			visit(dir)
+		}
 	}
 	return dir, true
 }

@@ -85,7 +85,7 @@ func IndexTarLayers(layers []io.Reader) (*Root, error) {
 			return nil, readErr(where, err)
 		}
 		if len(vs) > 0 {
-			return nil, vocab.Errorf(vocab.ReasonLayerPathViolation, "runtime layer %d entry %q: %s; a runtime layer must hold relative paths only", i+1, vs[0].Path, vs[0].Rule)
+			return nil, vocab.Errorf(vocab.ReasonLayerPathViolation, "runtime layer %d entry %q: %s; %s (a runtime layer holds paths inside itself only)", i+1, vs[0].Path, vs[0].Rule, vs[0].Hint)
 		}
 		r.view.Apply(i, entries)
 	}
@@ -252,6 +252,41 @@ func checkPath(root *Root, value string) error {
 		if !ok || (!found && final != "") || (found && e.Type != artifact.TypeDir) {
 			return bad("entry %d %q is not a directory in the image", i+1, dir)
 		}
+		if err := checkPathOwners(root, rel); err != nil {
+			return bad("entry %d %q: %v", i+1, dir, err)
+		}
+	}
+	return nil
+}
+
+// checkPathOwners refuses a PATH entry that a process other than root could change: every
+// directory the kernel searches to reach it (symlinks followed, as the container will)
+// must be owned by root and not writable by group or others. Whoever can write one of them
+// can put a program first in the runtime's PATH, or swap a directory on the way for one of
+// their own, and every application on the runtime runs it. Directories no layer lists (the
+// extractor creates them root-owned, 0755) and the layer root (the extractor's own) pass.
+func checkPathOwners(root *Root, rel string) error {
+	var err error
+	root.view.ResolveVisit(rel, func(dir string) {
+		if err != nil {
+			return
+		}
+		e, ok := root.view.Lookup(dir)
+		if !ok || e.Type != artifact.TypeDir {
+			return
+		}
+		err = judgePathDir(e)
+	})
+	return err
+}
+
+// judgePathDir is the rule for one directory on the way to a PATH entry.
+func judgePathDir(e artifact.Entry) error {
+	switch {
+	case e.UID != 0:
+		return fmt.Errorf("directory /%s is owned by uid %d, which can add programs to the runtime's PATH; rebuild the image with it owned by root (chown 0:0 /%s)", e.Path, e.UID, e.Path)
+	case e.Mode.Perm()&0o022 != 0:
+		return fmt.Errorf("directory /%s has mode %04o, writable by group or others, who can add programs to the runtime's PATH; rebuild the image with chmod go-w /%s", e.Path, e.Mode.Perm(), e.Path)
 	}
 	return nil
 }

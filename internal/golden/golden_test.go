@@ -14,6 +14,7 @@ type te struct {
 	name, body, link string
 	typ              byte
 	mode             int64
+	uid, gid         int
 	xattrs           map[string]string
 }
 
@@ -22,7 +23,7 @@ func layer(t *testing.T, es ...te) io.Reader {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range es {
-		h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Linkname: e.link, Size: int64(len(e.body)), Format: tar.FormatPAX}
+		h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Linkname: e.link, Size: int64(len(e.body)), Uid: e.uid, Gid: e.gid, Format: tar.FormatPAX}
 		if h.Typeflag == 0 {
 			h.Typeflag = tar.TypeReg
 		}
@@ -89,6 +90,32 @@ func TestValidate(t *testing.T) {
 		}, []string{"PATH=/opt"}, user, vocab.ReasonInvalidRuntimePath, "resolves into /app"},
 		{"PATH names a missing directory", func(t *testing.T) []io.Reader { return debianish(t) }, []string{"PATH=/usr/bin:/opt/python/bin"}, user, vocab.ReasonInvalidRuntimePath, "not a directory"},
 		{"PATH names a file", func(t *testing.T) []io.Reader { return debianish(t) }, []string{"PATH=/usr/bin/python3"}, user, vocab.ReasonInvalidRuntimePath, "not a directory"},
+		// PATH directories, and every directory on the way to them, only root can change.
+		{"world-writable PATH directory", func(t *testing.T) []io.Reader {
+			return debianish(t, te{name: "usr/local/bin/", typ: tar.TypeDir, mode: 0o777})
+		}, goodPath, user, vocab.ReasonInvalidRuntimePath, "/usr/local/bin has mode 0777"},
+		{"sticky world-writable PATH directory", func(t *testing.T) []io.Reader {
+			return debianish(t, te{name: "tmp/", typ: tar.TypeDir, mode: 0o1777})
+		}, []string{"PATH=/usr/bin:/tmp"}, user, vocab.ReasonInvalidRuntimePath, "/tmp has mode 0777"},
+		{"group-writable directory on the way", func(t *testing.T) []io.Reader {
+			return debianish(t, te{name: "usr/local/", typ: tar.TypeDir, mode: 0o775})
+		}, goodPath, user, vocab.ReasonInvalidRuntimePath, "/usr/local has mode 0775"},
+		{"PATH directory owned by the application user", func(t *testing.T) []io.Reader {
+			return debianish(t, te{name: "usr/local/bin/", typ: tar.TypeDir, mode: 0o755, uid: 10001, gid: 10001})
+		}, goodPath, user, vocab.ReasonInvalidRuntimePath, "/usr/local/bin is owned by uid 10001"},
+		{"writable directory reached through a symlink", func(t *testing.T) []io.Reader {
+			return debianish(t, te{name: "usr/bin/", typ: tar.TypeDir, mode: 0o757})
+		}, []string{"PATH=/bin"}, user, vocab.ReasonInvalidRuntimePath, "/usr/bin has mode 0757"},
+		{"writable symlink target's parent", func(t *testing.T) []io.Reader {
+			return debianish(t, te{name: "opt/", typ: tar.TypeDir, mode: 0o777}, d("opt/py/"), d("opt/py/bin/"),
+				te{name: "usr/local/py", typ: tar.TypeSymlink, link: "/opt/py/bin"})
+		}, []string{"PATH=/usr/local/py"}, user, vocab.ReasonInvalidRuntimePath, "/opt has mode 0777"},
+		{"root-owned PATH directory of another group", func(t *testing.T) []io.Reader {
+			return debianish(t, te{name: "usr/local/bin/", typ: tar.TypeDir, mode: 0o755, gid: 10001})
+		}, goodPath, user, "", ""},
+		{"writable directory not on PATH", func(t *testing.T) []io.Reader {
+			return debianish(t, te{name: "tmp/", typ: tar.TypeDir, mode: 0o1777}, te{name: "home/", typ: tar.TypeDir, uid: 10001})
+		}, goodPath, user, "", ""},
 		{"uid missing from passwd", func(t *testing.T) []io.Reader { return debianish(t) }, goodPath, User{UID: 20000, GID: 10001}, vocab.ReasonInvalidAccountFiles, "no user with uid 20000"},
 		{"gid disagrees", func(t *testing.T) []io.Reader { return debianish(t) }, goodPath, User{UID: 10001, GID: 20000}, vocab.ReasonInvalidAccountFiles, "primary group"},
 		{"group missing gid", func(t *testing.T) []io.Reader {
@@ -129,7 +156,10 @@ func TestValidate(t *testing.T) {
 		}, nil, user, vocab.ReasonPrivilegedRuntimeFile, "usr/bin/alias"},
 		{"absolute path in a runtime layer", func(t *testing.T) []io.Reader {
 			return []io.Reader{layer(t, te{name: "/etc/passwd", body: passwd})}
-		}, nil, user, vocab.ReasonLayerPathViolation, "relative paths only"},
+		}, nil, user, vocab.ReasonLayerPathViolation, "must be relative"},
+		{"whiteout of the layer's parent in a runtime layer", func(t *testing.T) []io.Reader {
+			return []io.Reader{layer(t, d("usr/"), te{name: ".wh..."})}
+		}, nil, user, vocab.ReasonLayerPathViolation, "whiteout names no entry"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root, err := IndexTarLayers(tc.layers(t))

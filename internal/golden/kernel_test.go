@@ -103,3 +103,51 @@ func TestRuntimeOpaqueAgreesWithKernel(t *testing.T) {
 		})
 	}
 }
+
+// The node judges PATH directories on the installed tree (the extracted layers, owners and
+// modes as stat shows them), where the runtime is accepted, not only on the image's tar
+// headers.
+func TestInstalledPathOwners(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("CI must run as root: files owned by other users need it")
+		}
+		t.Skip("needs root")
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(layer string) error
+		want   string // "" = valid
+	}{
+		{"root 0755", func(string) error { return nil }, ""},
+		{"world-writable", func(l string) error { return os.Chmod(filepath.Join(l, "usr/bin"), 0o777) }, "/usr/bin has mode 0777"},
+		{"group-writable parent", func(l string) error { return os.Chmod(filepath.Join(l, "usr"), 0o775) }, "/usr has mode 0775"},
+		{"owned by a user", func(l string) error { return os.Chown(filepath.Join(l, "usr/bin"), 10001, 0) }, "/usr/bin is owned by uid 10001"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			layer := filepath.Join(t.TempDir(), "layer")
+			if err := os.MkdirAll(filepath.Join(layer, "usr/bin"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("usr/bin", filepath.Join(layer, "bin")); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.change(layer); err != nil {
+				t.Fatal(err)
+			}
+			root, err := IndexDirLayersContext(context.Background(), []string{layer})
+			if err == nil {
+				_, err = Validate(root, []string{"PATH=/bin"}, User{UID: 10001, GID: 10001})
+			}
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if vocab.ReasonOf(err) != vocab.ReasonInvalidRuntimePath || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v; want InvalidRuntimePath mentioning %q", err, tc.want)
+			}
+		})
+	}
+}

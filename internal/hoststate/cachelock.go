@@ -3,8 +3,6 @@ package hoststate
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -19,18 +17,17 @@ import (
 // rolling update alike.
 func (l Layout) LayerCacheLock() string { return filepath.Join(l.State, ".layers.lock") }
 
-// lockPoll is how often a waiting LockLayerCache retries: flock has no deadline of its own.
-const lockPoll = 50 * time.Millisecond
-
 // LockLayerCache takes the layer cache lock (exclusive for GC, shared for installs) and
-// returns its release. It waits until ctx ends; with wait false it fails at once with
+// returns its release. It waits until ctx ends or LayerCacheLockWait has passed (then a
+// NodeNotReady refusal naming the lock file); with wait false it fails at once with
 // ErrLayerCacheBusy when the lock is taken (GC skips a pass rather than queue behind an
-// install).
+// install). The lock file is judged like every Brewlet lock (locks.go).
 func (l Layout) LockLayerCache(ctx context.Context, exclusive, wait bool) (func(), error) {
-	if err := os.MkdirAll(l.State, 0o755); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(l.LayerCacheLock(), os.O_CREATE|os.O_RDONLY, 0o600)
+	return l.lockLayerCache(ctx, exclusive, wait, LayerCacheLockWait)
+}
+
+func (l Layout) lockLayerCache(ctx context.Context, exclusive, wait bool, bound time.Duration) (func(), error) {
+	f, err := openLock(l.LayerCacheLock(), 0o755)
 	if err != nil {
 		return nil, err
 	}
@@ -38,26 +35,17 @@ func (l Layout) LockLayerCache(ctx context.Context, exclusive, wait bool) (func(
 	if exclusive {
 		how = unix.LOCK_EX
 	}
-	for {
-		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
-		if err == nil {
-			return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); _ = f.Close() }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			_ = f.Close()
-			return nil, fmt.Errorf("lock %s: %w", l.LayerCacheLock(), err)
-		}
-		if !wait {
-			_ = f.Close()
+	if !wait {
+		bound = 0
+	}
+	if err := flockWithin(ctx, f, how, bound); err != nil {
+		_ = f.Close()
+		if errors.Is(err, errLockBusy) {
 			return nil, ErrLayerCacheBusy
 		}
-		select {
-		case <-ctx.Done():
-			_ = f.Close()
-			return nil, ctx.Err()
-		case <-time.After(lockPoll):
-		}
+		return nil, err
 	}
+	return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); _ = f.Close() }, nil
 }
 
 // ErrLayerCacheBusy: an install holds the layer cache (LockLayerCache without waiting).

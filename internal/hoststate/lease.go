@@ -1,6 +1,7 @@
 package hoststate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -28,18 +29,16 @@ type Lease struct {
 
 // withLock runs fn holding the runtime ID's lock: shared for the shim's resolve-and-lease,
 // exclusive for garbage collection, so GC never removes a generation between the shim
-// reading current and writing its lease.
+// reading current and writing its lease. The lock file is judged first (locks.go) and the
+// wait ends after RuntimeLockWait.
 func (l Layout) withLock(id string, how int, fn func() error) error {
-	if err := os.MkdirAll(l.RuntimeDir(id), 0o755); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(l.LockFile(id), os.O_CREATE|os.O_RDONLY, 0o644)
+	f, err := openLock(l.LockFile(id), 0o755)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = f.Close() }()
-	if err := unix.Flock(int(f.Fd()), how); err != nil {
-		return fmt.Errorf("lock %s: %w", l.LockFile(id), err)
+	if err := flockWithin(context.Background(), f, how, RuntimeLockWait); err != nil {
+		return err
 	}
 	defer func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN) }()
 	return fn()

@@ -35,7 +35,10 @@ const (
 // overlayfs's on-disk format: whiteouts become 0/0 character devices and opaque markers the
 // trusted.overlay.opaque xattr, so the directory can serve as an overlay lower layer as is.
 //
-// The stream is untrusted. No path leaves dst: absolute and '..' paths are refused, every
+// The stream is untrusted. No path leaves dst or names it: absolute and '..' paths,
+// whiteouts whose name is empty, "." or ".." (".wh..", ".wh..."), whiteout names used as
+// directories, non-directories naming the root and hard links to the root or outside it are
+// refused (artifact.ReadTarHeaders, then artifact.InLayer on every name here), every
 // parent is checked to be a real directory (never a symlink, so a link in the layer cannot
 // redirect a later entry onto the host), and links are created, never followed. Device
 // nodes are skipped: a container's /dev comes from the runtime (runc), not from images.
@@ -115,8 +118,18 @@ func (x *extractor) entry(e artifact.Entry, h *tar.Header, body io.Reader) error
 			return refuse(e.Path, fmt.Sprintf("carries the overlay attribute %s; overlayfs reads these as instructions (opaque, redirect, metacopy), so only the extractor sets them, from .wh. markers", name))
 		}
 	}
+	// The tar reader has judged every name (artifact.judgeName); this is the extractor's own
+	// last word before a host path is built from one, so no slip there can reach outside dst.
 	if e.Path == "." {
+		if e.Type != artifact.TypeDir {
+			return refuse(e.Path, "names the layer root, which only a directory entry may")
+		}
+		// The root is the extractor's own directory (an opaque marker there is ignored by
+		// overlayfs, as by the validators).
 		return nil
+	}
+	if !artifact.InLayer(e.Path) {
+		return refuse(e.Path, "names a path outside the layer")
 	}
 	dir, err := x.parent(e.Path)
 	if err != nil {
@@ -168,8 +181,8 @@ func (x *extractor) entry(e artifact.Entry, h *tar.Header, body io.Reader) error
 			return err
 		}
 	case artifact.TypeHardlink:
-		target := path.Clean(e.Linkname)
-		if path.IsAbs(target) || target == ".." || strings.HasPrefix(target, "../") {
+		target := e.Linkname
+		if !artifact.InLayer(target) {
 			return refuse(e.Path, "hard link target outside the layer")
 		}
 		tdir, err := x.parent(target)

@@ -104,6 +104,21 @@ func TestExtractRefusesEscapes(t *testing.T) {
 		{"hard link through symlink", []hdr{
 			{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "VICTIM"},
 			{Name: "x", Typeflag: tar.TypeLink, Linkname: "l/secret"}}},
+		// The finding: a whiteout whose name strips to ".." replaced the extractor's own
+		// workspace (the layer's parent) with a device node.
+		{"whiteout of the layer's parent", []hdr{{Name: ".wh...", Typeflag: tar.TypeReg, Mode: 0o644}}},
+		{"whiteout of the layer's parent, dotted", []hdr{{Name: "./.wh...", Typeflag: tar.TypeReg, Mode: 0o644}}},
+		{"whiteout of the layer root", []hdr{{Name: ".wh..", Typeflag: tar.TypeReg, Mode: 0o644}}},
+		{"whiteout of the root from a directory", []hdr{{Name: "a/", Typeflag: tar.TypeDir, Mode: 0o755}, {Name: "a/.wh...", Typeflag: tar.TypeReg, Mode: 0o644}}},
+		{"whiteout of a parent from below it", []hdr{{Name: "a/b/", Typeflag: tar.TypeDir, Mode: 0o755}, {Name: "a/b/.wh...", Typeflag: tar.TypeChar, Mode: 0o644}}},
+		{"whiteout without a name", []hdr{{Name: "a/.wh.", Typeflag: tar.TypeReg, Mode: 0o644}}},
+		{"opaque marker used as a directory", []hdr{{Name: ".wh..wh..opq/", Typeflag: tar.TypeDir, Mode: 0o755}, {Name: ".wh..wh..opq/x", Typeflag: tar.TypeReg, Mode: 0o644}}},
+		{"whiteout name used as a directory", []hdr{{Name: ".wh.../x", Typeflag: tar.TypeReg, Mode: 0o644}}},
+		{"file naming the layer root", []hdr{{Name: ".", Typeflag: tar.TypeReg, Mode: 0o644}}},
+		{"symlink naming the layer root", []hdr{{Name: ".", Typeflag: tar.TypeSymlink, Linkname: "VICTIM"}}},
+		{"hard link to the layer root", []hdr{{Name: "x", Typeflag: tar.TypeLink, Linkname: "./"}}},
+		{"hard link to nothing", []hdr{{Name: "x", Typeflag: tar.TypeLink, Linkname: ""}}},
+		{"hard link to the layer's parent", []hdr{{Name: "x", Typeflag: tar.TypeLink, Linkname: "a/../.."}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sandbox := t.TempDir()
@@ -131,6 +146,7 @@ func TestExtractRefusesEscapes(t *testing.T) {
 			if len(ents) != 1 {
 				t.Fatalf("victim directory changed: %v", ents)
 			}
+			sandboxUntouched(t, sandbox, "victim")
 		})
 	}
 }
@@ -142,9 +158,15 @@ func FuzzExtract(f *testing.F) {
 	f.Add(tarOf(f, hdr{Name: ".wh..wh..opq", Typeflag: tar.TypeReg}, hdr{Name: "d/.wh.e", Typeflag: tar.TypeReg}))
 	f.Add(tarOf(f, hdr{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755, PAXRecords: map[string]string{"SCHILY.xattr.trusted.overlay.opaque": "x"}}))
 	f.Add(tarOf(f, hdr{Name: "f", Typeflag: tar.TypeReg, Mode: 0o644, PAXRecords: map[string]string{"SCHILY.xattr.user.overlay.redirect": "/x"}}))
+	f.Add(tarOf(f, hdr{Name: ".wh...", Typeflag: tar.TypeReg}))
+	f.Add(tarOf(f, hdr{Name: "a/b/", Typeflag: tar.TypeDir, Mode: 0o755}, hdr{Name: "a/b/.wh...", Typeflag: tar.TypeReg}, hdr{Name: "a/.wh..", Typeflag: tar.TypeReg}))
+	f.Add(tarOf(f, hdr{Name: ".", Typeflag: tar.TypeReg}, hdr{Name: "x", Typeflag: tar.TypeLink, Linkname: "./"}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		requireRoot(t)
 		sandbox := t.TempDir()
+		if err := os.WriteFile(filepath.Join(sandbox, "sentinel"), []byte("s"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		err := Extract(bytes.NewReader(b), filepath.Join(sandbox, "layer"))
 		// Whatever the input, no overlay attribute the extractor did not set survives.
 		if err == nil {
@@ -159,17 +181,38 @@ func FuzzExtract(f *testing.F) {
 				return nil
 			})
 		}
-		// Whatever the input, nothing appears beside the layer directory.
-		ents, err := os.ReadDir(sandbox)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range ents {
-			if e.Name() != "layer" {
-				t.Fatalf("extraction wrote %s outside its directory", e.Name())
-			}
-		}
+		// Whatever the input, nothing beside the layer directory changes.
+		sandboxUntouched(t, sandbox, "sentinel")
 	})
+}
+
+// sandboxUntouched fails unless sandbox is still a directory holding only keep (unchanged
+// since the test made it) and, if anything, the layer directory itself.
+func sandboxUntouched(t testing.TB, sandbox, keep string) {
+	t.Helper()
+	if fi, err := os.Lstat(sandbox); err != nil || !fi.IsDir() {
+		t.Fatalf("the layer's parent %s was replaced: %v %v", sandbox, fi, err)
+	}
+	ents, err := os.ReadDir(sandbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := false
+	for _, e := range ents {
+		switch e.Name() {
+		case keep:
+			seen = true
+		case "layer":
+			if !e.IsDir() {
+				t.Fatalf("the layer directory became a %v", e.Type())
+			}
+		default:
+			t.Fatalf("extraction wrote %s outside its directory", e.Name())
+		}
+	}
+	if !seen {
+		t.Fatalf("extraction removed %s beside the layer", keep)
+	}
 }
 
 // Overlay's attributes are the extractor's alone: any trusted.overlay.* or user.overlay.*

@@ -32,7 +32,8 @@ type Installer struct {
 	Mirrors map[string][]string
 	// Timeouts bound each registry call (zero fields: registry.DefaultTimeouts).
 	Timeouts registry.Timeouts
-	// Deadline bounds one whole install, every source included (0: DefaultDeadline).
+	// Deadline bounds one whole install, every source included (0: DefaultDeadline). The
+	// mirrors together get at most half of it, so the origin is always tried (sourceShare).
 	Deadline time.Duration
 	// Limits bound what one install extracts (zero fields: DefaultLimits).
 	Limits Limits
@@ -89,7 +90,8 @@ func (in *Installer) logf(format string, args ...any) {
 // Sources are the registry's mirrors, in order, then the registry itself (the origin).
 // Whatever a mirror does wrong — unreachable, a wrong digest, content over the limits,
 // content refused by validation — is logged and the next source tried; the install's
-// result is the origin's alone. The whole install, all sources, runs within Deadline.
+// result is the origin's alone. The whole install, all sources, runs within Deadline; the
+// mirrors share at most half of it (sourceShare), so the origin is always tried.
 func (in *Installer) Install(ctx context.Context, req Request) (*Result, error) {
 	ref, err := registry.Digest(req.Image, in.Insecure)
 	if err != nil {
@@ -107,13 +109,30 @@ func (in *Installer) Install(ctx context.Context, req Request) (*Result, error) 
 	}
 	origin := ref.Context().RegistryStr()
 	sources := append(append([]string{}, in.Mirrors[origin]...), origin)
+	reserve := deadline / originReserve
+	end, _ := dctx.Deadline()
 	var skipped []string
 	for i, host := range sources {
 		cand, err := registry.Digest(host+"/"+ref.Context().RepositoryStr()+"@"+ref.DigestStr(), in.Insecure)
 		if err != nil {
 			return nil, err
 		}
-		res, err := in.installFrom(dctx, req, cand)
+		mirror := i < len(sources)-1
+		sctx, scancel := dctx, context.CancelFunc(func() {})
+		var share time.Duration // a mirror's; the origin runs until the install's deadline
+		if mirror {
+			share = sourceShare(time.Until(end), reserve, len(sources)-1-i)
+			if share <= 0 {
+				// Earlier mirrors used their shares: what is left is the origin's.
+				in.logf("runtime %s generation %d: mirror %s skipped, trying the next source: no time left before the origin's reserved share of the install deadline", req.ID, req.Generation, host)
+				skipped = append(skipped, host+": no time left before the origin's share of the install deadline")
+				continue
+			}
+			sctx, scancel = context.WithTimeout(dctx, share)
+		}
+		res, err := in.installFrom(sctx, req, cand)
+		timedOut := sctx.Err() != nil
+		scancel()
 		if err == nil {
 			res.Skipped = skipped
 			return res, nil
@@ -123,13 +142,32 @@ func (in *Installer) Install(ctx context.Context, req Request) (*Result, error) 
 			// the content (LimitExceeded of an image is final for its digest), so it is retried.
 			return nil, vocab.Wrap(vocab.ReasonRuntimeImagePullFailed, err, "runtime %s generation %d: the install did not finish within %s (the per-install deadline) while pulling from %s; it is tried again later", req.ID, req.Generation, deadline, host)
 		}
-		if i == len(sources)-1 || ctx.Err() != nil {
+		if !mirror || ctx.Err() != nil {
 			return nil, err
+		}
+		if timedOut {
+			err = vocab.Wrap(vocab.ReasonRuntimeImagePullFailed, err, "mirror %s did not finish within its share (%s) of the install deadline", host, share.Round(time.Millisecond))
 		}
 		in.logf("runtime %s generation %d: mirror %s skipped, trying the next source: %v", req.ID, req.Generation, host, err)
 		skipped = append(skipped, host+": "+err.Error())
 	}
 	panic("unreachable: the origin is always the last source")
+}
+
+// originReserve: the origin always keeps 1/originReserve of the install deadline. A mirror
+// that trickles bytes just fast enough to never stall must not spend the whole deadline,
+// and the origin's answer is the one that counts, so it is always tried with real time.
+const originReserve = 2
+
+// sourceShare is how long the next mirror may take: what is left of the install's time
+// beyond the origin's reserve, split evenly among the mirrors not yet tried (mirrorsLeft,
+// this one included). A mirror that fails fast leaves its share to the next ones; the
+// origin gets whatever is left, at least the reserve. Zero or less: no time for the mirror.
+func sourceShare(left, reserve time.Duration, mirrorsLeft int) time.Duration {
+	if mirrorsLeft <= 0 {
+		return left
+	}
+	return (left - reserve) / time.Duration(mirrorsLeft)
 }
 
 func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Digest) (*Result, error) {

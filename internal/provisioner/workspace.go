@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"brewlet.sh/brewlet/internal/hoststate"
 )
 
 // An install works in a workspace of its own, a directory ".tmp-install-*" in the layer
@@ -36,6 +38,10 @@ type workspace struct {
 // newWorkspace creates and locks a workspace under root.
 func newWorkspace(root string) (*workspace, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, err
+	}
+	// The owner locks live below root: nobody but root may create entries there.
+	if err := hoststate.CheckPrivateDir(root); err != nil {
 		return nil, err
 	}
 	for range 3 {
@@ -71,6 +77,9 @@ func (w *workspace) Close() error {
 // without an owner (older versions' temporary layer directories) once they are old. It
 // returns what it removed. Errors are not fatal to an install: a leftover only costs disk.
 func collectStale(root string, now time.Time) []string {
+	if hoststate.CheckPrivateDir(root) != nil {
+		return nil // newWorkspace refuses the install, saying why
+	}
 	ents, err := os.ReadDir(root)
 	if err != nil {
 		return nil
@@ -81,7 +90,7 @@ func collectStale(root string, now time.Time) []string {
 			continue
 		}
 		p := filepath.Join(root, e.Name())
-		f, err := os.OpenFile(filepath.Join(p, ownerFile), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		f, err := os.OpenFile(filepath.Join(p, ownerFile), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 		switch {
 		case err == nil:
 			if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil && os.RemoveAll(p) == nil {

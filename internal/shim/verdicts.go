@@ -30,13 +30,49 @@ const (
 	maxVerdicts = 4096
 	// maxVerdictFile bounds a verdict file read back (a refusal message is under 1 KiB).
 	maxVerdictFile = 64 << 10
+	// validationLockWait bounds how long a shim waits for another shim validating the same
+	// layer set: a little more than that validation may take.
+	validationLockWait = appValidationTimeout + 5*time.Second
+	// firstDeadlineBackoff is how long a layer set that ran out of validation time is
+	// refused without being validated again; each further timeout doubles it, up to
+	// maxDeadlineBackoff. Without it every replica's create spends the whole deadline.
+	firstDeadlineBackoff = 30 * time.Second
+	maxDeadlineBackoff   = 30 * time.Minute
+	// lockSuffix names a layer set's validation lock beside its verdict.
+	lockSuffix = ".lock"
 )
 
-// verdict is the remembered outcome of validating one layer set.
+// validateLayers and validationTimeout are variables for the tests, which count
+// validations and make them time out.
+var (
+	validateLayers    = artifact.ValidateDirLayers
+	validationTimeout = appValidationTimeout
+)
+
+// verdict is the remembered outcome of validating one layer set. A refusal for running out
+// of time holds until RetryAt: Timeouts counts them, for the backoff.
 type verdict struct {
-	OK      bool         `json:"ok,omitempty"`
-	Reason  vocab.Reason `json:"reason,omitempty"`
-	Message string       `json:"message,omitempty"`
+	OK       bool         `json:"ok,omitempty"`
+	Reason   vocab.Reason `json:"reason,omitempty"`
+	Message  string       `json:"message,omitempty"`
+	Timeouts int          `json:"timeouts,omitempty"`
+	RetryAt  *time.Time   `json:"retryAt,omitempty"`
+}
+
+// holds reports whether a remembered verdict answers at now: always, except a timeout
+// refusal whose backoff has passed.
+func (v verdict) holds(now time.Time) bool { return v.RetryAt == nil || now.Before(*v.RetryAt) }
+
+// timedOut is the verdict after a validation ran out of time, following prev (the verdict
+// it replaces, if any): the backoff doubles with each timeout in a row.
+func timedOut(err error, prev verdict, now time.Time) verdict {
+	n := prev.Timeouts + 1
+	wait := firstDeadlineBackoff << min(n-1, 10)
+	wait = min(wait, maxDeadlineBackoff)
+	at := now.Add(wait).UTC().Truncate(time.Second)
+	msg := strings.TrimPrefix(err.Error(), string(vocab.ReasonLimitExceeded)+": ")
+	return verdict{Reason: vocab.ReasonLimitExceeded, Timeouts: n, RetryAt: &at,
+		Message: fmt.Sprintf("%s (validation timed out %d time(s) in a row on this node; it is tried again after %s)", msg, n, at.Format(time.RFC3339))}
 }
 
 // err returns the refusal as first reported: same reason, same text.
@@ -47,9 +83,9 @@ func (v verdict) err() error {
 	return &vocab.Error{Reason: v.Reason, Message: v.Message}
 }
 
-// verdictOf says what of a validation's outcome may be remembered: acceptance, and
+// verdictOf says what of a validation's outcome may be remembered for good: acceptance, and
 // refusals that are properties of the layers. Running out of time is not (the next try may
-// be on a quieter node), nor is an I/O error.
+// be on a quieter node; timedOut remembers it for a while), nor is an I/O error.
 func verdictOf(err error) (verdict, bool) {
 	r := vocab.ReasonOf(err)
 	switch {
@@ -91,27 +127,57 @@ func dirIdentity(dir string) (string, error) {
 	return fmt.Sprintf("dev %d:%d ino %d %s", st.Dev_major, st.Dev_minor, st.Ino, born), nil
 }
 
-// cachedValidation validates a layer set, or answers from the verdict cache in dir.
+// cachedValidation validates a layer set, or answers from the verdict cache in dir. One
+// shim at a time validates a layer set on a node (its lock beside the verdict); the others
+// wait and read its verdict, so twenty replicas starting at once cost one validation.
 func cachedValidation(ctx context.Context, dir string, layers []string, lim artifact.Limits) error {
 	key, err := layerSetKey(layers, lim)
 	if err != nil {
 		return err
 	}
 	file := filepath.Join(dir, key)
-	if v, ok := readVerdict(file); ok {
-		now := time.Now()
-		_ = os.Chtimes(file, now, now) // recently used: kept longest when pruning
+	if v, ok := answer(file); ok {
 		return v.err()
 	}
-	ctx, cancel := context.WithTimeout(ctx, appValidationTimeout)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	release, err := hoststate.LockExclusive(ctx, file+lockSuffix, validationLockWait)
+	if err != nil {
+		return err
+	}
+	defer release()
+	// Validated by another shim while this one waited.
+	if v, ok := answer(file); ok {
+		return v.err()
+	}
+	vctx, cancel := context.WithTimeout(ctx, validationTimeout)
 	defer cancel()
-	err = artifact.ValidateDirLayers(ctx, layers, nil, lim)
-	if v, ok := verdictOf(err); ok {
+	err = validateLayers(vctx, layers, nil, lim)
+	v, keep := verdictOf(err)
+	if !keep && ctx.Err() == nil && errors.Is(vctx.Err(), context.DeadlineExceeded) && vocab.ReasonOf(err) == vocab.ReasonLimitExceeded {
+		// This validation's own deadline, not the caller giving up: remembered for a while.
+		prev, _ := readVerdict(file)
+		v, keep = timedOut(err, prev, time.Now()), true
+		err = v.err()
+	}
+	if keep {
 		// The verdict stands whether or not it is remembered: a failed write costs only
 		// another validation later.
 		_ = storeVerdict(dir, file, v)
 	}
 	return err
+}
+
+// answer is the remembered verdict of a layer set, when there is one that holds now.
+func answer(file string) (verdict, bool) {
+	v, ok := readVerdict(file)
+	if !ok || !v.holds(time.Now()) {
+		return verdict{}, false
+	}
+	now := time.Now()
+	_ = os.Chtimes(file, now, now) // recently used: kept longest when pruning
+	return v, true
 }
 
 func readVerdict(file string) (verdict, bool) {
@@ -129,7 +195,8 @@ func parseVerdict(r io.Reader) (verdict, bool) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	var v verdict
-	if err := dec.Decode(&v); err != nil || v.OK == (v.Reason != "") || (v.OK && v.Message != "") {
+	if err := dec.Decode(&v); err != nil || v.OK == (v.Reason != "") || (v.OK && v.Message != "") ||
+		(v.RetryAt == nil) != (v.Timeouts == 0) || v.Timeouts < 0 || (v.RetryAt != nil && v.Reason != vocab.ReasonLimitExceeded) {
 		return verdict{}, false
 	}
 	return v, true
@@ -149,10 +216,11 @@ func storeVerdict(dir, file string, v verdict) error {
 	return pruneVerdicts(dir, maxVerdicts)
 }
 
-// pruneVerdicts keeps the keep most recently used files of dir.
+// pruneVerdicts keeps the keep most recently used verdicts of dir, and the validation
+// locks of those (a lock in use is never removed).
 func pruneVerdicts(dir string, keep int) error {
 	ents, err := os.ReadDir(dir)
-	if err != nil || len(ents) <= keep {
+	if err != nil {
 		return err
 	}
 	type aged struct {
@@ -160,15 +228,34 @@ func pruneVerdicts(dir string, keep int) error {
 		used time.Time
 	}
 	var all []aged
+	locks := map[string]bool{}
 	for _, e := range ents {
+		if name, ok := strings.CutSuffix(e.Name(), lockSuffix); ok {
+			locks[name] = true
+			continue
+		}
 		if fi, err := e.Info(); err == nil {
 			all = append(all, aged{e.Name(), fi.ModTime()})
 		}
 	}
-	slices.SortFunc(all, func(a, b aged) int { return a.used.Compare(b.used) })
 	var errs []error
+	for _, a := range all {
+		delete(locks, a.name)
+	}
+	for name := range locks { // a lock whose verdict is gone (pruned earlier, or never stored)
+		if err := hoststate.RemoveIfUnlocked(filepath.Join(dir, name+lockSuffix)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if len(all) <= keep {
+		return errors.Join(errs...)
+	}
+	slices.SortFunc(all, func(a, b aged) int { return a.used.Compare(b.used) })
 	for _, a := range all[:max(0, len(all)-keep)] {
 		if err := os.Remove(filepath.Join(dir, a.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		if err := hoststate.RemoveIfUnlocked(filepath.Join(dir, a.name+lockSuffix)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}

@@ -3,14 +3,20 @@ package shim
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"brewlet.sh/brewlet/internal/artifact"
+	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -121,6 +127,111 @@ func TestCachedValidation(t *testing.T) {
 	}
 }
 
+// Twenty shims creating containers of the same layer set at once: one validates, the
+// others wait and read its verdict.
+func TestOneValidationPerLayerSet(t *testing.T) {
+	base := t.TempDir()
+	cache := filepath.Join(base, "verdicts")
+	layer := appLayer(t, base, "app", 0o644)
+	var calls atomic.Int32
+	validateLayers = func(ctx context.Context, dirs, names []string, lim artifact.Limits) error {
+		calls.Add(1)
+		time.Sleep(200 * time.Millisecond) // long enough for every create to arrive meanwhile
+		return artifact.ValidateDirLayers(ctx, dirs, names, lim)
+	}
+	t.Cleanup(func() { validateLayers = artifact.ValidateDirLayers })
+	var wg sync.WaitGroup
+	errs := make([]error, 20)
+	for i := range errs {
+		wg.Go(func() {
+			errs[i] = cachedValidation(context.Background(), cache, []string{layer}, artifact.DefaultLimits())
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("create %d: %v", i, err)
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d validations of one layer set, want 1", n)
+	}
+}
+
+// A validation that runs out of time is remembered for a while, with a backoff that doubles,
+// so that a hostile layer set does not cost every replica the whole deadline; after the
+// backoff it is validated again.
+func TestDeadlineRefusalsBackOff(t *testing.T) {
+	base := t.TempDir()
+	cache := filepath.Join(base, "verdicts")
+	layer := appLayer(t, base, "huge", 0o644)
+	lim := artifact.DefaultLimits()
+	var calls atomic.Int32
+	validateLayers = func(ctx context.Context, dirs, names []string, lim artifact.Limits) error {
+		calls.Add(1)
+		<-ctx.Done()
+		return vocab.Wrap(vocab.ReasonLimitExceeded, ctx.Err(), "app layer 1: validation stopped after the deadline")
+	}
+	validationTimeout = 10 * time.Millisecond
+	t.Cleanup(func() { validateLayers, validationTimeout = artifact.ValidateDirLayers, appValidationTimeout })
+
+	first := cachedValidation(context.Background(), cache, []string{layer}, lim)
+	if vocab.ReasonOf(first) != vocab.ReasonLimitExceeded || !strings.Contains(first.Error(), "tried again after") {
+		t.Fatalf("first: %v", first)
+	}
+	again := cachedValidation(context.Background(), cache, []string{layer}, lim)
+	if again == nil || again.Error() != first.Error() || calls.Load() != 1 {
+		t.Fatalf("within the backoff: %v after %d validations, want the remembered refusal after 1", again, calls.Load())
+	}
+	// The backoff has passed: validated again, timed out again, the backoff doubled.
+	key, _ := layerSetKey([]string{layer}, lim)
+	v, _ := readVerdict(filepath.Join(cache, key))
+	past := time.Now().Add(-time.Second)
+	v.RetryAt = &past
+	if err := storeVerdict(cache, filepath.Join(cache, key), v); err != nil {
+		t.Fatal(err)
+	}
+	_ = cachedValidation(context.Background(), cache, []string{layer}, lim)
+	v2, _ := readVerdict(filepath.Join(cache, key))
+	if calls.Load() != 2 || v2.Timeouts != 2 {
+		t.Fatalf("after the backoff: %d validations, verdict %+v", calls.Load(), v2)
+	}
+	// The caller giving up is not the layers' fault: nothing remembered.
+	other := appLayer(t, base, "other", 0o644)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = cachedValidation(gone, cache, []string{other}, lim)
+	okey, _ := layerSetKey([]string{other}, lim)
+	if _, ok := readVerdict(filepath.Join(cache, okey)); ok {
+		t.Fatal("a cancelled create left a verdict")
+	}
+}
+
+func TestTimedOutBackoff(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	err := vocab.Errorf(vocab.ReasonLimitExceeded, "app layer 1: stopped")
+	var prev verdict
+	for _, want := range []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 16 * time.Minute, 30 * time.Minute, 30 * time.Minute} {
+		v := timedOut(err, prev, now)
+		if got := v.RetryAt.Sub(now); got != want || v.Timeouts != prev.Timeouts+1 {
+			t.Fatalf("after %d timeouts: retry in %s, want %s", v.Timeouts, got, want)
+		}
+		if _, ok := parseVerdict(strings.NewReader(mustJSON(t, v))); !ok {
+			t.Fatalf("verdict %+v does not read back", v)
+		}
+		prev = v
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 func TestVerdictOf(t *testing.T) {
 	refusal := vocab.Errorf(vocab.ReasonLayerPathViolation, "app layer 1 entry %q: setuid/setgid", "app/su")
 	deadline := vocab.Wrap(vocab.ReasonLimitExceeded, context.DeadlineExceeded, "stopped")
@@ -161,12 +272,28 @@ func TestPruneVerdicts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Validation locks go with their verdicts; a lock without a verdict too, unless held.
+	for _, name := range []string{"v00.lock", "v11.lock", "orphan.lock", "held.lock"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release, err := hoststate.LockExclusive(context.Background(), filepath.Join(dir, "held.lock"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
 	if err := pruneVerdicts(dir, 10); err != nil {
 		t.Fatal(err)
 	}
+	var names []string
 	ents, _ := os.ReadDir(dir)
-	if len(ents) != 10 || ents[0].Name() != "v02" {
-		t.Fatalf("kept %d, first %s; want the 10 most recently used", len(ents), ents[0].Name())
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	want := []string{"held.lock", "v02", "v03", "v04", "v05", "v06", "v07", "v08", "v09", "v10", "v11", "v11.lock"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("kept %v, want %v", names, want)
 	}
 }
 

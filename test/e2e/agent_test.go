@@ -66,12 +66,20 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 	defer agent.Close()
 	agent.Host = &brewletv1.NodeCleanup{ShimInstalled: true, ContainerdHandlerRegistered: true} // what PrepareHost reported
 	must(host.CloseFence())                                                                     // as Run does at start
+	// The keys of releases before node-restriction labels, left by an old agent: removed.
+	must(labelNode(ctx, c, nodeName, vocab.LegacyLabelRuntime, "ready"))
+	must(labelNode(ctx, c, nodeName, vocab.LegacyLabelRuntimePrefix+pyID, "ready"))
 	must(agent.ReconcileAndWait(ctx))
 
 	node := &corev1.Node{}
 	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, node))
 	if node.Labels[vocab.LabelRuntime] != "ready" || node.Labels[vocab.RuntimeLabel(pyID)] != "ready" || node.Labels["pool.example/name"] != "general" {
 		t.Fatalf("node labels %v", node.Labels)
+	}
+	for _, old := range []string{vocab.LegacyLabelRuntime, vocab.LegacyLabelRuntimePrefix + pyID} {
+		if _, ok := node.Labels[old]; ok {
+			t.Errorf("legacy label %s still on the node: %v", old, node.Labels)
+		}
 	}
 	nrt := &brewletv1.NodeRuntime{}
 	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt))

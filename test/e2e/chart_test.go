@@ -1356,6 +1356,10 @@ func chartOperatorUnderRBAC(t *testing.T, cp *framework.ControlPlane) {
 		err := op.webhookServes(ca, admission.ServiceName+"."+chartNS+".svc")
 		return err == nil, fmt.Sprintf("webhook at %s: %v", op.WebhookAddr, err)
 	})
+	// The Secret the serving process reads holds no key that can sign for the webhook.
+	if problem, err := admissionSecretProblem(ctx, c, nil); err != nil || problem != "" {
+		t.Errorf("the webhook certificate Secret written under the chart's RBAC: %s %v", problem, err)
+	}
 	if err := framework.HTTPOK(ctx, http.DefaultClient, "http://"+op.MetricsAddr+"/metrics"); err != nil {
 		t.Errorf("operator metrics: %v", err)
 	}

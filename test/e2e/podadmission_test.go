@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"strconv"
 	"strings"
@@ -54,7 +56,7 @@ func (w *warnings) take() []string {
 
 // admissionOperator runs brewlet-operator in-process with pod admission on a loopback
 // port, its certificate naming 127.0.0.1, and short certificate lifetimes so that the
-// serving certificate and the CA rotate several times while the test runs.
+// serving certificate (each with a CA of its own) rotates several times while the test runs.
 func admissionOperator(t *testing.T, cp *framework.ControlPlane) (port int, metricsAddr string) {
 	t.Helper()
 	port = framework.FreePort(t)
@@ -62,8 +64,8 @@ func admissionOperator(t *testing.T, cp *framework.ControlPlane) (port int, metr
 		o.ProbeAddress = "0"
 		o.Admission = admission.Options{
 			Host: "127.0.0.1", Port: port, CertDir: t.TempDir(), Namespace: "brewlet-system",
-			Hosts:      []string{"127.0.0.1"},
-			CAValidity: 45 * time.Second, CertValidity: 12 * time.Second, ResyncInterval: 300 * time.Millisecond,
+			Hosts:        []string{"127.0.0.1"},
+			CertValidity: 12 * time.Second, ResyncInterval: 300 * time.Millisecond,
 		}
 	})
 	return port, ro.metrics
@@ -141,6 +143,9 @@ func TestPodAdmission(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The Secret as an earlier version left it, with the CA's private key in it: the
+	// operator migrates it to CAs whose keys are never kept.
+	legacyCA := legacyAdmissionSecret(t, c)
 	port, metricsAddr := admissionOperator(t, cp)
 
 	// The configuration is created without a caBundle: the operator fills it in.
@@ -157,6 +162,23 @@ func TestPodAdmission(t *testing.T) {
 			return false, err.Error()
 		}
 		return len(sec.Data[admission.KeyCABundle]) > 0 && bytes.Equal(cur.Webhooks[0].ClientConfig.CABundle, sec.Data[admission.KeyCABundle]), "not yet"
+	})
+	eventually(t, 30*time.Second, "the earlier version's CA and its key gone from the Secret and the caBundle", func() (bool, string) {
+		if problem, err := admissionSecretProblem(ctx, c, legacyCA); err != nil || problem != "" {
+			return false, fmt.Sprint(problem, err)
+		}
+		sec, cur := &corev1.Secret{}, &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "brewlet-system", Name: admission.SecretName}, sec); err != nil {
+			return false, err.Error()
+		}
+		if err := c.Get(ctx, types.NamespacedName{Name: admission.ConfigurationName}, cur); err != nil {
+			return false, err.Error()
+		}
+		legacyPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: legacyCA.Raw})
+		_, caKey := sec.Data["ca.key"]
+		return !caKey && !bytes.Contains(cur.Webhooks[0].ClientConfig.CABundle, legacyPEM) &&
+				bytes.Equal(cur.Webhooks[0].ClientConfig.CABundle, sec.Data[admission.KeyCABundle]),
+			fmt.Sprintf("ca.key present %v, legacy CA in the caBundle %v", caKey, bytes.Contains(cur.Webhooks[0].ClientConfig.CABundle, legacyPEM))
 	})
 
 	// RuntimeImages approved (and one revoked) by the operator's own RuntimeImage controller.
@@ -368,20 +390,24 @@ func TestPodAdmission(t *testing.T) {
 	})
 
 	t.Run("certificates rotate without refusing a pod", func(t *testing.T) {
-		testRotationUnderLoad(t, wc, port)
+		testRotationUnderLoad(t, c, wc, port, legacyCA)
 	})
 }
 
 // testRotationUnderLoad creates admitted pods continuously while the serving certificate
-// (12s lifetime) and the CA (45s) rotate underneath, until it has seen two CAs and three
-// serving certificates; every pod must be admitted.
-func testRotationUnderLoad(t *testing.T, wc client.Client, port int) {
+// (12s lifetime, a CA of its own each) rotates underneath, until it has seen three serving
+// certificates and their CAs; every pod must be admitted, and at no point may the Secret
+// hold a CA's private key.
+func testRotationUnderLoad(t *testing.T, c, wc client.Client, port int, legacyCA *x509.Certificate) {
 	ctx := context.Background()
 	leaves, cas := map[[32]byte]bool{}, map[string]bool{}
 	deadline := time.Now().Add(90 * time.Second)
-	for i := 0; len(cas) < 2 || len(leaves) < 3; i++ {
+	for i := 0; len(cas) < 3 || len(leaves) < 3; i++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("saw %d CAs and %d serving certificates in 90s", len(cas), len(leaves))
+		}
+		if problem, err := admissionSecretProblem(ctx, c, legacyCA); err != nil || problem != "" {
+			t.Fatalf("certificate Secret during rotation: %s %v", problem, err)
 		}
 		conn, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only reading the served certificate
 		if err != nil {
@@ -389,7 +415,7 @@ func testRotationUnderLoad(t *testing.T, wc client.Client, port int) {
 		}
 		leaf := conn.ConnectionState().PeerCertificates[0]
 		leaves[sha256.Sum256(leaf.Raw)] = true
-		cas[leaf.Issuer.CommonName] = true
+		cas[string(leaf.AuthorityKeyId)] = true
 		_ = conn.Close()
 		if err := wc.Create(ctx, admissionPod(fmt.Sprintf("rot-%d", i), "python-3.12")); err != nil {
 			t.Fatalf("pod %d refused during rotation: %v", i, err)

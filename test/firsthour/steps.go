@@ -256,7 +256,11 @@ func (f *Flow) AppDeployment() *appsv1.Deployment {
 }
 
 func (f *Flow) deployApp(ctx context.Context) (string, error) {
-	if err := f.createIfAbsent(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: AppNamespace}}); err != nil {
+	// Pod Security restricted, as a careful platform team sets it: the app still needs no
+	// securityContext (pod admission writes it), and a real kubelet verifies runAsNonRoot.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: AppNamespace, Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}}
+	if err := f.createIfAbsent(ctx, ns); err != nil {
 		return "", err
 	}
 	want := f.AppDeployment()
