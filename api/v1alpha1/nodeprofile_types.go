@@ -88,12 +88,35 @@ type NodeProfileStatus struct {
 	AssignedNodes int32 `json:"assignedNodes"`
 	// +optional
 	ReadyNodes int32 `json:"readyNodes"`
+	// NodesWithoutAgent lists assigned nodes whose agent is not running and reporting
+	// (its heartbeat is stale or was never seen), with what the cluster says about its pod;
+	// at most 20, sorted by name, the exact number in NodesWithoutAgentCount.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=20
+	NodesWithoutAgent []NodeAgentProblem `json:"nodesWithoutAgent,omitempty"`
+	// +optional
+	NodesWithoutAgentCount int32 `json:"nodesWithoutAgentCount,omitempty"`
 	// Ledger records every node (name and UID) this profile ever changed and the cleanup
 	// it still owes. Entries leave only when the cleanup ran or retirement evidence was
 	// accepted.
 	// +optional
 	// +listType=atomic
 	Ledger []LedgerEntry `json:"ledger,omitempty"`
+}
+
+// NodeAgentProblem is an assigned node whose agent does not run and report.
+type NodeAgentProblem struct {
+	NodeName string `json:"nodeName"`
+	// Reason is AgentPodMissing, AgentPodPending, AgentContainerFailing or AgentNotReporting.
+	Reason string `json:"reason"`
+	// Message says what the cluster knows (the pod's state, the container's waiting reason
+	// and message, restarts, the last heartbeat) and, where it is known, what to change.
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message"`
+	// Since is the agent's last heartbeat, or when its pod was created if it never beat.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
 }
 
 // LedgerEntry is one node this profile changed.

@@ -84,11 +84,13 @@ type RuntimeImageStatus struct {
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// TaskObservations lists, per node, containers still on an older generation or a
-	// previous epoch. Diagnosis only: cleanup never trusts it. Bounded in size.
+	// previous epoch. Diagnosis only: cleanup never trusts it. Bounded in size. Always
+	// written, empty when no container is behind, so that `.status.taskObservations[]`
+	// iterates nothing rather than failing on a missing field.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=50
-	TaskObservations []TaskObservation `json:"taskObservations,omitempty"`
+	TaskObservations []TaskObservation `json:"taskObservations"`
 	// OmittedNodes counts nodes left out of taskObservations to bound the object's size.
 	// +optional
 	OmittedNodes int32 `json:"omittedNodes,omitempty"`

@@ -24,18 +24,21 @@ import (
 // Status is one RuntimeImage's rotation as `brewlet status` reports it: everything comes
 // from the RuntimeImage's status (read-only; get and list on runtimeimages suffice).
 type Status struct {
-	ID            string                       `json:"id"`
-	Epoch         string                       `json:"epoch"`
-	Generation    int64                        `json:"generation"`
-	Digest        string                       `json:"digest"`
-	Approved      string                       `json:"approved"` // condition status and reason
-	Rotation      string                       `json:"rotation"` // RotationProgressing reason
-	Nodes         brewletv1.RotationNodeCounts `json:"nodes"`
-	Excluded      []brewletv1.ExcludedNode     `json:"excludedNodes,omitempty"`
-	Workloads     map[string]int               `json:"workloads"` // restarts by outcome
-	Restarts      []brewletv1.WorkloadRestart  `json:"restarts,omitempty"`
-	OldContainers []OldContainer               `json:"oldContainers,omitempty"`
-	OmittedNodes  int32                        `json:"omittedNodes,omitempty"`
+	ID         string `json:"id"`
+	Epoch      string `json:"epoch"`
+	Generation int64  `json:"generation"`
+	Digest     string `json:"digest"`
+	Approved   string `json:"approved"` // condition status and reason
+	Rotation   string `json:"rotation"` // RotationProgressing reason
+	// RotationMessage is RotationProgressing's message while the rotation is not done: it
+	// names what holds it (installing or failed nodes, nodes without a running agent).
+	RotationMessage string                       `json:"rotationMessage,omitempty"`
+	Nodes           brewletv1.RotationNodeCounts `json:"nodes"`
+	Excluded        []brewletv1.ExcludedNode     `json:"excludedNodes,omitempty"`
+	Workloads       map[string]int               `json:"workloads"` // restarts by outcome
+	Restarts        []brewletv1.WorkloadRestart  `json:"restarts,omitempty"`
+	OldContainers   []OldContainer               `json:"oldContainers,omitempty"`
+	OmittedNodes    int32                        `json:"omittedNodes,omitempty"`
 }
 
 // OldContainer is one container still on an older generation or epoch.
@@ -59,6 +62,9 @@ func StatusOf(ri *brewletv1.RuntimeImage) Status {
 	}
 	if c := meta.FindStatusCondition(st.Conditions, string(vocab.ConditionRotationProgressing)); c != nil {
 		s.Rotation = c.Reason
+		if c.Reason != string(vocab.ReasonAllNodesCurrent) {
+			s.RotationMessage = c.Message
+		}
 	}
 	if r := st.Rotation; r != nil {
 		s.Nodes, s.Excluded, s.Restarts = r.Nodes, r.ExcludedNodes, r.Restarts
@@ -109,6 +115,9 @@ func WriteTable(w io.Writer, all []Status) error {
 		total := n.Current + n.Installing + n.Failed
 		fmt.Fprintf(w, "  nodes      %s %d/%d current · %d installing · %d failed · %d excluded  (%s)\n",
 			bar(n.Current, total, 20), n.Current, total, n.Installing, n.Failed, n.Excluded, s.Rotation)
+		if s.RotationMessage != "" {
+			fmt.Fprintf(w, "             %s\n", s.RotationMessage)
+		}
 		for _, e := range s.Excluded {
 			fmt.Fprintf(w, "             excluded %s: %s (generation %d)\n", e.Name, e.Reason, e.Generation)
 		}

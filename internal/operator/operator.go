@@ -165,7 +165,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (manager.Manager, err
 	if err := restarts.Setup(ctx, mgr, o.RotationRestarts, beats, o.SkipNameValidation); err != nil {
 		return nil, fmt.Errorf("rotation restarts: %w", err)
 	}
-	if err := nodeprofile.Setup(ctx, mgr, o.SkipNameValidation); err != nil {
+	if err := nodeprofile.Setup(ctx, mgr, o.SkipNameValidation, beats, agentNS); err != nil {
 		return nil, fmt.Errorf("NodeProfile controller: %w", err)
 	}
 	if err := retirement.Setup(mgr, o.SkipNameValidation); err != nil {

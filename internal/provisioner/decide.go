@@ -136,9 +136,10 @@ func target(id string, offered map[string]string, ri *brewletv1.RuntimeImage, d 
 	return t
 }
 
-// Labels are the node's brewlet.sh/* labels for the states of its runtimes. The node can
-// start Brewlet containers (vocab.LabelRuntime=ready) when any ID is ready or offered on
-// demand (the shim has it installed at first use).
+// Labels are the node's Brewlet labels for the states of its runtimes. The node can
+// start Brewlet containers (vocab.LabelRuntime=ready, mirrored for people in
+// vocab.LabelRuntimeInfo) when any ID is ready or offered on demand (the shim has it
+// installed at first use).
 func Labels(states map[string]vocab.RuntimeState) map[string]string {
 	out := map[string]string{}
 	for id, s := range states {
@@ -151,6 +152,7 @@ func Labels(states map[string]vocab.RuntimeState) map[string]string {
 			continue
 		}
 		out[vocab.LabelRuntime] = vocab.LabelValueReady
+		out[vocab.LabelRuntimeInfo] = vocab.LabelValueReady
 	}
 	return out
 }

@@ -131,7 +131,7 @@ func TestTargets(t *testing.T) {
 
 func TestLabels(t *testing.T) {
 	got := Labels(map[string]vocab.RuntimeState{"py": vocab.StateReady, "jre": vocab.StateAvailable, "node": vocab.StateFailed})
-	want := map[string]string{"node-restriction.kubernetes.io/brewlet": "ready", "node-restriction.kubernetes.io/brewlet.py": "ready", "node-restriction.kubernetes.io/brewlet.jre": "available"}
+	want := map[string]string{"node-restriction.kubernetes.io/brewlet": "ready", "brewlet.sh/runtime": "ready", "node-restriction.kubernetes.io/brewlet.py": "ready", "node-restriction.kubernetes.io/brewlet.jre": "available"}
 	if len(got) != len(want) {
 		t.Fatalf("labels %v", got)
 	}

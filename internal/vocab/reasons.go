@@ -35,6 +35,12 @@ const (
 	ReasonRetirementPending   Reason = "RetirementPending"   // a node owing cleanup is gone or was recreated
 	ReasonNoRetirementPending Reason = "NoRetirementPending" // every node owing cleanup still exists
 
+	// Nodes whose agent does not run and report (operator, NodeProfile status.nodesWithoutAgent).
+	ReasonAgentPodMissing       Reason = "AgentPodMissing"       // no agent pod on the node
+	ReasonAgentPodPending       Reason = "AgentPodPending"       // unscheduled, or not started yet
+	ReasonAgentContainerFailing Reason = "AgentContainerFailing" // waiting: CreateContainerError, ImagePullBackOff, CrashLoopBackOff, …
+	ReasonAgentNotReporting     Reason = "AgentNotReporting"     // the pod runs, the heartbeat is stale
+
 	// Containers on older generations (operator, condition OldGenerationTasks).
 	ReasonOldGenerationTasks   Reason = "OldGenerationTasks"   // some node reports containers on an older generation or epoch
 	ReasonNoOldGenerationTasks Reason = "NoOldGenerationTasks" // every reported container runs the current generation

@@ -42,10 +42,12 @@ const (
 	LabelRuntimePrefix = NodeRestrictionPrefix + "brewlet."
 	// NodeRestrictionPrefix is the label prefix kubelets may not set.
 	NodeRestrictionPrefix = "node-restriction.kubernetes.io/"
-	// LegacyLabelRuntime and LegacyLabelRuntimePrefix are the keys releases before
-	// node-restriction labels used; kubelets can forge them, so nothing reads them, and
-	// agents remove them from their node (the migration; docs/install.md, "Upgrading").
-	LegacyLabelRuntime       = Domain + "/runtime"
+	// LabelRuntimeInfo mirrors LabelRuntime for people (kubectl get nodes -L
+	// brewlet.sh/runtime). Kubelets can forge it, so nothing schedules or admits by it.
+	LabelRuntimeInfo = Domain + "/runtime"
+	// LegacyLabelRuntimePrefix + <id> is the per-ID key of releases before node-restriction
+	// labels; nothing reads it, and agents remove it from their node (docs/install.md,
+	// "Upgrading").
 	LegacyLabelRuntimePrefix = Domain + "/runtime."
 	// LabelValueReady: installed and authorized.
 	LabelValueReady = "ready"
@@ -58,6 +60,9 @@ const (
 	// LabelValuePresent is LabelHostChanges' value.
 	LabelValuePresent = "present"
 )
+
+// AgentPodLabels select the node agents' pods (the chart's DaemonSet) in their namespace.
+var AgentPodLabels = map[string]string{"app.kubernetes.io/name": "brewlet-provisioner", "app.kubernetes.io/component": "provisioner"}
 
 // RuntimeLabel is the per-ID capability label key of a node.
 func RuntimeLabel(id string) string { return LabelRuntimePrefix + id }

@@ -66,8 +66,8 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 	defer agent.Close()
 	agent.Host = &brewletv1.NodeCleanup{ShimInstalled: true, ContainerdHandlerRegistered: true} // what PrepareHost reported
 	must(host.CloseFence())                                                                     // as Run does at start
-	// The keys of releases before node-restriction labels, left by an old agent: removed.
-	must(labelNode(ctx, c, nodeName, vocab.LegacyLabelRuntime, "ready"))
+	// The per-ID key of releases before node-restriction labels, left by an old agent:
+	// removed.
 	must(labelNode(ctx, c, nodeName, vocab.LegacyLabelRuntimePrefix+pyID, "ready"))
 	must(agent.ReconcileAndWait(ctx))
 
@@ -76,10 +76,8 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 	if node.Labels[vocab.LabelRuntime] != "ready" || node.Labels[vocab.RuntimeLabel(pyID)] != "ready" || node.Labels["pool.example/name"] != "general" {
 		t.Fatalf("node labels %v", node.Labels)
 	}
-	for _, old := range []string{vocab.LegacyLabelRuntime, vocab.LegacyLabelRuntimePrefix + pyID} {
-		if _, ok := node.Labels[old]; ok {
-			t.Errorf("legacy label %s still on the node: %v", old, node.Labels)
-		}
+	if _, ok := node.Labels[vocab.LegacyLabelRuntimePrefix+pyID]; ok || node.Labels[vocab.LabelRuntimeInfo] != "ready" {
+		t.Errorf("legacy per-ID label kept or the readiness mirror for kubectl -L missing: %v", node.Labels)
 	}
 	nrt := &brewletv1.NodeRuntime{}
 	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt))

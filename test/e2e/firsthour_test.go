@@ -53,6 +53,9 @@ func TestFirstHourOnKubelet(t *testing.T) {
 	before := snapshotNode(t, c, f.Clients.CL)
 	f.Run(ctx)
 
+	t.Run("the operations page's commands work as written", func(t *testing.T) {
+		firstHourOperationsPage(t, f)
+	})
 	t.Run("node agent runs with its own token, scoped to its node", func(t *testing.T) {
 		firstHourAgentToken(t, f)
 	})
@@ -414,6 +417,21 @@ func firstHourAgentDown(t *testing.T, f *firsthour.Flow) {
 		evs := podEvents(t, f.Clients.CS, pod)
 		return strings.Contains(evs, string(vocab.ReasonNodeNotReady)), evs
 	})
+	// Brewlet's own status says which node lacks its agent, and why (the operator reads the
+	// DaemonSet's pods once the node's heartbeat is stale).
+	eventually(t, 3*time.Minute, "NodeProfile "+firsthour.Profile+" naming the node without an agent", func() (bool, string) {
+		np := &brewletv1.NodeProfile{}
+		if err := f.Clients.CL.Get(ctx, client.ObjectKey{Name: firsthour.Profile}, np); err != nil {
+			return false, err.Error()
+		}
+		for _, pr := range np.Status.NodesWithoutAgent {
+			if pr.NodeName == f.C.NodeName && pr.Reason == string(vocab.ReasonAgentPodMissing) {
+				t.Logf("NodeProfile status: %s %s: %s", pr.NodeName, pr.Reason, pr.Message)
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", np.Status.NodesWithoutAgent)
+	})
 	if body, err := f.Ask(ctx, "/", "hello from"); err != nil {
 		t.Errorf("the app stopped answering while the agent was away: %v", err)
 	} else {
@@ -423,4 +441,57 @@ func firstHourAgentDown(t *testing.T, f *firsthour.Flow) {
 	waitPod(t, f, pod.Name, 3*time.Minute, "running after the agent came back", func(p *corev1.Pod) bool {
 		return p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil
 	})
+	eventually(t, 2*time.Minute, "the node leaving status.nodesWithoutAgent", func() (bool, string) {
+		np := &brewletv1.NodeProfile{}
+		if err := f.Clients.CL.Get(ctx, client.ObjectKey{Name: firsthour.Profile}, np); err != nil {
+			return false, err.Error()
+		}
+		return np.Status.NodesWithoutAgentCount == 0, fmt.Sprintf("%+v", np.Status.NodesWithoutAgent)
+	})
+}
+
+// operationsJQ is the operations page's query for containers still on an older generation,
+// as printed there.
+const operationsJQ = `
+  .status.taskObservations[]
+  | "\(.nodeName)\tcurrent=\(.current)\t\(.observedAt)" as $node
+  | .bindings[]?
+  | [$node, .podNamespace, .podName, .containerName, (.generation|tostring)]
+  | @tsv`
+
+// The commands the operations page gives, run as written (with the cluster's kubeconfig)
+// after the main job: every container runs the current generation, the common case in which
+// the page's jq program once failed on a missing taskObservations.
+func firstHourOperationsPage(t *testing.T, f *firsthour.Flow) {
+	kubectl := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(framework.Tool(t, "kubectl"), append([]string{"--kubeconfig", f.C.Kubeconfig}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	for _, want := range []struct {
+		args []string
+		has  string
+	}{
+		{[]string{"get", "runtimeimages.node.brewlet.sh"}, firsthour.RuntimeID},
+		{[]string{"get", "nodeprofiles.node.brewlet.sh"}, firsthour.Profile},
+		{[]string{"get", "nodes", "-L", "brewlet.sh/runtime"}, "ready"},
+		{[]string{"get", "runtimeimage", firsthour.RuntimeID, "-o", `jsonpath={.status.conditions[?(@.type=="OldGenerationTasks")].message}{"\n"}`}, "every reported container"},
+	} {
+		if out := kubectl(want.args...); !strings.Contains(out, want.has) {
+			t.Errorf("kubectl %v: lacks %q:\n%s", want.args, want.has, out)
+		}
+	}
+	js := kubectl("get", "runtimeimage", firsthour.RuntimeID, "-o", "json")
+	jq := exec.Command("jq", "-r", operationsJQ)
+	jq.Stdin = strings.NewReader(js)
+	out, err := jq.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the operations page's jq program: %v\n%s", err, out)
+	}
+	if strings.TrimSpace(string(out)) != "" {
+		t.Errorf("containers on an older generation after the restart:\n%s", out)
+	}
 }

@@ -35,6 +35,9 @@ func TestNodeProfile(t *testing.T) {
 	t.Run("rotation in waves of maxUnavailable=1 over three nodes", func(t *testing.T) {
 		testRotationWaves(t, cp.Client)
 	})
+	t.Run("nodes without a running agent are named, with the cluster's reason", func(t *testing.T) {
+		testAgentsMissing(t, cp.Client)
+	})
 }
 
 func mkNode(t *testing.T, c client.Client, name string, labels map[string]string) {

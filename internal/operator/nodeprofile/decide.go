@@ -37,7 +37,9 @@ type Input struct {
 	Runtimes map[string]*brewletv1.NodeRuntime
 	// Accepted are the nodes ("name/uid") whose NodeRetirementEvidence was accepted.
 	Accepted map[string]bool
-	Now      metav1.Time
+	// Agents: heartbeats and agent pods (nil Fresh: nothing is known, no node is listed).
+	Agents AgentFacts
+	Now    metav1.Time
 }
 
 // Event is one event the reconciler records on the profile after a successful write.
@@ -145,6 +147,16 @@ func Decide(in Input) Decision {
 	}
 	st.ObservedGeneration = p.Generation
 	st.AssignedNodes, st.ReadyNodes = int32(len(assigned)), int32(ready)
+	st.NodesWithoutAgent, st.NodesWithoutAgentCount = nil, 0
+	if in.Agents.Fresh != nil {
+		names := make([]string, 0, len(assigned))
+		for _, n := range assigned {
+			names = append(names, n.Name)
+		}
+		problems := AgentProblems(names, in.Agents)
+		st.NodesWithoutAgentCount = int32(len(problems))
+		st.NodesWithoutAgent = problems[:min(len(problems), maxAgentProblems)]
+	}
 
 	c := metav1.Condition{Type: string(vocab.ConditionReady), ObservedGeneration: p.Generation, LastTransitionTime: in.Now}
 	switch {
@@ -163,6 +175,9 @@ func Decide(in Input) Decision {
 	case ready < len(assigned):
 		c.Status, c.Reason = metav1.ConditionFalse, string(vocab.ReasonNodesNotReady)
 		c.Message = fmt.Sprintf("%d of %d node(s) report every Eager runtime Ready", ready, len(assigned))
+		if st.NodesWithoutAgentCount > 0 {
+			c.Message += "; without a running, reporting agent: " + ProblemSummary(st.NodesWithoutAgent, st.NodesWithoutAgentCount) + " (status.nodesWithoutAgent)"
+		}
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, string(vocab.ReasonNodesReady)
 		c.Message = fmt.Sprintf("%d of %d node(s) report every Eager runtime Ready", ready, len(assigned))

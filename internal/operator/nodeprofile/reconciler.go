@@ -35,13 +35,29 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// Now is the clock for condition transition times (tests); nil means metav1.Now.
 	Now func() metav1.Time
+	// Beats are the agents' heartbeats (nil: agents are not judged, no node is listed in
+	// status.nodesWithoutAgent).
+	Beats Heartbeats
+	// AgentPods reads the agents' pods straight from the API server, only when some
+	// assigned node's heartbeat is stale (nil: none are read).
+	AgentPods func(ctx context.Context) ([]corev1.Pod, error)
 }
+
+// Heartbeats is what the reconciler needs of the operator's heartbeat clock.
+type Heartbeats interface {
+	Fresh(node string, now time.Time) bool
+	LastBeat(node string) (time.Time, bool)
+}
+
+// agentRecheck: while a node lacks a running agent, its pod's state is read again this
+// often (a pod's status changes wake no profile).
+const agentRecheck = 30 * time.Second
 
 // Reconcile brings one NodeProfile's status, its nodes' NodeRuntime specs and the
 // RuntimeClass to what Decide says. Every write is conditional on the resourceVersion it
 // was decided from; a conflict (the agent wrote its status, another replica wrote first)
 // requeues the profile, and the next pass decides again from fresher reads.
-func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res reconcile.Result, err error) {
 	if err := r.ensureRuntimeClass(ctx); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -63,6 +79,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil // the update wakes the next pass
 	}
 	err = r.write(ctx, p, in, d)
+	if err == nil && d.Status.NodesWithoutAgentCount > 0 && !d.ReleaseFinalizer {
+		defer func() {
+			if res.IsZero() && err == nil {
+				res = reconcile.Result{RequeueAfter: agentRecheck}
+			}
+		}()
+	}
 	if err == nil && d.ReleaseFinalizer {
 		// No node owes this profile anything: the deletion completes.
 		err = finalizers.Patch(ctx, r.Client, p, func() { controllerutil.RemoveFinalizer(p, vocab.FinalizerCleanup) })
@@ -78,6 +101,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 func (r *Reconciler) read(ctx context.Context, p *brewletv1.NodeProfile) (Input, error) {
 	in := Input{Profile: p, Images: map[string]*brewletv1.RuntimeImage{}, Runtimes: map[string]*brewletv1.NodeRuntime{}, Now: r.now()}
+	if r.Beats != nil {
+		now := in.Now.Time
+		in.Agents = AgentFacts{Fresh: func(n string) bool { return r.Beats.Fresh(n, now) }, LastBeat: r.Beats.LastBeat}
+		if r.AgentPods != nil {
+			in.Agents.Pods = func() ([]corev1.Pod, error) { return r.AgentPods(ctx) }
+		}
+	}
 	var profiles brewletv1.NodeProfileList
 	if err := r.Client.List(ctx, &profiles, client.UnsafeDisableDeepCopy); err != nil {
 		return in, fmt.Errorf("list NodeProfiles: %w", err)

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/vocab"
 )
 
 // ControllerName names the controller in logs, events and controller-runtime's metrics.
@@ -24,7 +25,11 @@ const ControllerName = "nodeprofile"
 // and the RuntimeClass are read through the manager's informers. Any change to one of them
 // may move a node between profiles, change a rollout wave or a profile's readiness, so each
 // wakes every profile (there are few; the work queue folds repeats).
-func Setup(_ context.Context, mgr manager.Manager, skipNameValidation bool) error {
+//
+// beats and agentNamespace let the status name nodes without a running agent: the agents'
+// pods in agentNamespace are read from the API server (not cached: pods there are few, and
+// read only while some node's heartbeat is stale).
+func Setup(_ context.Context, mgr manager.Manager, skipNameValidation bool, beats Heartbeats, agentNamespace string) error {
 	c := mgr.GetClient()
 	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 		var ps brewletv1.NodeProfileList
@@ -37,7 +42,15 @@ func Setup(_ context.Context, mgr manager.Manager, skipNameValidation bool) erro
 		}
 		return out
 	})
-	r := &Reconciler{Client: c, Recorder: mgr.GetEventRecorder("brewlet-operator")}
+	r := &Reconciler{Client: c, Recorder: mgr.GetEventRecorder("brewlet-operator"), Beats: beats}
+	if agentNamespace != "" {
+		api := mgr.GetAPIReader()
+		r.AgentPods = func(ctx context.Context) ([]corev1.Pod, error) {
+			var pods corev1.PodList
+			err := api.List(ctx, &pods, client.InNamespace(agentNamespace), client.MatchingLabels(vocab.AgentPodLabels))
+			return pods.Items, err
+		}
+	}
 	return builder.ControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&brewletv1.NodeProfile{}).

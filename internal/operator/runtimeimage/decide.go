@@ -97,6 +97,9 @@ func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFail
 	meta.SetStatusCondition(&st.Conditions, approved)
 	rotation(ri, &st, reports, maxFailures, now)
 	observeTasks(ri, &st, reports, fresh, now)
+	if st.TaskObservations == nil {
+		st.TaskObservations = []brewletv1.TaskObservation{}
+	}
 	d.Status = st
 	d.Events = conditionEvents(ri.Status.Conditions, st.Conditions)
 

@@ -120,6 +120,23 @@ func (c *HeartbeatClock) Heartbeats() Heartbeats {
 	return out
 }
 
+// Fresh reports whether node's agent renewed its Lease within StaleAfter of now.
+func (c *HeartbeatClock) Fresh(node string, now time.Time) bool {
+	at, ok := c.LastBeat(node)
+	return ok && now.Sub(at) <= c.StaleAfterOrDefault()
+}
+
+// LastBeat is node's last renewal on the operator's clock, if one was seen.
+func (c *HeartbeatClock) LastBeat(node string) (time.Time, bool) {
+	if c == nil {
+		return time.Time{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.seen[node]
+	return r.at, ok
+}
+
 // StaleAfterOrDefault is c's StaleAfter, or DefaultStaleAfter for a nil clock or none set.
 func (c *HeartbeatClock) StaleAfterOrDefault() time.Duration {
 	if c == nil || c.StaleAfter <= 0 {

@@ -18,6 +18,7 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/operator/finalizers"
+	"brewlet.sh/brewlet/internal/operator/nodeprofile"
 	"brewlet.sh/brewlet/internal/operator/rollout"
 	"brewlet.sh/brewlet/internal/vocab"
 )
@@ -135,13 +136,14 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) error
 	if err := r.Client.List(ctx, reports, client.MatchingFields{IndexRuntimeID: ri.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list NodeRuntimes reporting %s: %w", ri.Name, err)
 	}
-	budget, err := r.failureBudget(ctx, ri.Name)
+	budget, missing, err := r.profileFacts(ctx, ri.Name)
 	if err != nil {
 		return err
 	}
 	beats := r.Beats.Heartbeats()
 	now := r.now()
 	d := Decide(ri, reports.Items, budget, func(node string) bool { return beats.Fresh(node, now.Time, r.staleAfter()) }, now)
+	nameMissingAgents(&d.Status, missing)
 	if d.AddFinalizer {
 		if err := r.write(ri, func() error {
 			return finalizers.Patch(ctx, r.Client, ri, func() { controllerutil.AddFinalizer(ri, vocab.FinalizerRevocation) })
@@ -181,29 +183,35 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) error
 	return nil
 }
 
-// failureBudget is the smallest rollout.maxFailures among the NodeProfiles offering id
-// (rollout.DefaultMaxFailures when none does): the rotation is reported halted as soon as
-// one pool stops it.
-func (r *Reconciler) failureBudget(ctx context.Context, id string) (int, error) {
+// profileFacts reads the NodeProfiles offering id: the smallest rollout.maxFailures among
+// them (rollout.DefaultMaxFailures when none does; the rotation is reported halted as soon
+// as one pool stops it) and, per profile, its nodes without a running agent.
+func (r *Reconciler) profileFacts(ctx context.Context, id string) (int, []string, error) {
 	var ps brewletv1.NodeProfileList
 	if err := r.Client.List(ctx, &ps, client.UnsafeDisableDeepCopy); err != nil {
-		return 0, fmt.Errorf("list NodeProfiles: %w", err)
+		return 0, nil, fmt.Errorf("list NodeProfiles: %w", err)
 	}
 	budget := -1
+	var missing []string
 	for i := range ps.Items {
-		for _, o := range ps.Items[i].Spec.RuntimeImages {
+		p := &ps.Items[i]
+		for _, o := range p.Spec.RuntimeImages {
 			if o.ID != id {
 				continue
 			}
-			if b := rollout.PolicyOf(ps.Items[i].Spec.Rollout, 0).MaxFailures; budget < 0 || b < budget {
+			if b := rollout.PolicyOf(p.Spec.Rollout, 0).MaxFailures; budget < 0 || b < budget {
 				budget = b
+			}
+			if p.Status.NodesWithoutAgentCount > 0 {
+				missing = append(missing, fmt.Sprintf("%s (NodeProfile %s)", nodeprofile.ProblemSummary(p.Status.NodesWithoutAgent, p.Status.NodesWithoutAgentCount), p.Name))
 			}
 		}
 	}
 	if budget < 0 {
 		budget = rollout.DefaultMaxFailures
 	}
-	return budget, nil
+	slices.Sort(missing)
+	return budget, missing, nil
 }
 
 // staleAfter is how long a node's heartbeat may be old before its report is shown as not

@@ -131,3 +131,19 @@ func failing(all, listed []brewletv1.ExcludedNode) string {
 	}
 	return strings.Join(why, "; ")
 }
+
+// nameMissingAgents adds to an unfinished rotation's messages the nodes of the offering
+// profiles whose agent does not run and report (from their status.nodesWithoutAgent): they
+// are why the rotation may not move, and nothing else in the RuntimeImage names them.
+func nameMissingAgents(st *brewletv1.RuntimeImageStatus, missing []string) {
+	if len(missing) == 0 {
+		return
+	}
+	note := "; nodes without a running agent: " + strings.Join(missing, "; ")
+	for _, t := range []vocab.ConditionType{vocab.ConditionRotationProgressing, vocab.ConditionRotationComplete} {
+		if c := meta.FindStatusCondition(st.Conditions, string(t)); c != nil && c.Reason != string(vocab.ReasonAllNodesCurrent) &&
+			c.Reason != string(vocab.ReasonCompleteWithExclusions) {
+			c.Message += note
+		}
+	}
+}

@@ -164,3 +164,27 @@ func TestNewTargetDropsRestartRecords(t *testing.T) {
 		t.Fatalf("rotation %+v", d.Status.Rotation)
 	}
 }
+
+// An unfinished rotation names the nodes its profiles list without a running agent; a
+// finished one is left as it is.
+func TestNameMissingAgents(t *testing.T) {
+	st := &brewletv1.RuntimeImageStatus{Conditions: []metav1.Condition{
+		{Type: string(vocab.ConditionRotationProgressing), Reason: string(vocab.ReasonNoNodes), Message: "no node reports python yet; generation 1 is the target"},
+		{Type: string(vocab.ConditionRotationComplete), Reason: string(vocab.ReasonNoNodes), Message: "no node reports python yet; generation 1 is the target"},
+		{Type: string(vocab.ConditionApproved), Reason: string(vocab.ReasonApproved), Message: "approved"},
+	}}
+	nameMissingAgents(st, []string{"n1 (AgentContainerFailing) (NodeProfile general)"})
+	for _, c := range st.Conditions[:2] {
+		if !strings.HasSuffix(c.Message, "; nodes without a running agent: n1 (AgentContainerFailing) (NodeProfile general)") {
+			t.Errorf("%s: %q", c.Type, c.Message)
+		}
+	}
+	if st.Conditions[2].Message != "approved" {
+		t.Errorf("Approved changed: %q", st.Conditions[2].Message)
+	}
+	done := &brewletv1.RuntimeImageStatus{Conditions: []metav1.Condition{{Type: string(vocab.ConditionRotationComplete), Reason: string(vocab.ReasonAllNodesCurrent), Message: "done"}}}
+	nameMissingAgents(done, []string{"n1 (AgentPodMissing) (NodeProfile general)"})
+	if done.Conditions[0].Message != "done" {
+		t.Errorf("a finished rotation was changed: %q", done.Conditions[0].Message)
+	}
+}
