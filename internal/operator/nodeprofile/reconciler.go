@@ -47,6 +47,7 @@ type Reconciler struct {
 type Heartbeats interface {
 	Fresh(node string, now time.Time) bool
 	LastBeat(node string) (time.Time, bool)
+	StaleAfterOrDefault() time.Duration
 }
 
 // agentRecheck: while a node lacks a running agent, its pod's state is read again this
@@ -79,10 +80,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		return reconcile.Result{}, nil // the update wakes the next pass
 	}
 	err = r.write(ctx, p, in, d)
-	if err == nil && d.Status.NodesWithoutAgentCount > 0 && !d.ReleaseFinalizer {
+	if after := r.agentRequeue(d); err == nil && after > 0 {
 		defer func() {
 			if res.IsZero() && err == nil {
-				res = reconcile.Result{RequeueAfter: agentRecheck}
+				res = reconcile.Result{RequeueAfter: after}
 			}
 		}()
 	}
@@ -143,6 +144,19 @@ func (r *Reconciler) read(ctx context.Context, p *brewletv1.NodeProfile) (Input,
 		}
 	}
 	return in, nil
+}
+
+// agentRequeue is when a profile is decided again for its agents' sake: a heartbeat going
+// stale wakes nothing (no object changes), so a profile with nodes is looked at again every
+// staleness period, and every agentRecheck while some node lacks its agent. 0: not needed.
+func (r *Reconciler) agentRequeue(d Decision) time.Duration {
+	switch {
+	case r.Beats == nil || d.ReleaseFinalizer || len(d.Assigned) == 0:
+		return 0
+	case d.Status.NodesWithoutAgentCount > 0:
+		return agentRecheck
+	}
+	return r.Beats.StaleAfterOrDefault()
 }
 
 func ignoreConflict(err error) error {
