@@ -70,12 +70,7 @@ func kernelShows(t *testing.T, lower, upper, path string) bool {
 // is shown by the kernel and refused; behind a real "y" marker the kernel hides it and the
 // runtime is valid. The validator hides exactly what the kernel hides.
 func TestRuntimeOpaqueAgreesWithKernel(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("CI must run as root: overlay mounts and trusted.* xattrs need it")
-		}
-		t.Skip("needs root")
-	}
+	needRoot(t, "overlay mounts and trusted.* xattrs need it")
 	for _, tc := range []struct {
 		value  string
 		shown  bool
@@ -108,12 +103,7 @@ func TestRuntimeOpaqueAgreesWithKernel(t *testing.T) {
 // modes as stat shows them), where the runtime is accepted, not only on the image's tar
 // headers.
 func TestInstalledPathOwners(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("CI must run as root: files owned by other users need it")
-		}
-		t.Skip("needs root")
-	}
+	needRoot(t, "files owned by other users need it")
 	for _, tc := range []struct {
 		name   string
 		change func(layer string) error
@@ -149,5 +139,16 @@ func TestInstalledPathOwners(t *testing.T) {
 				t.Fatalf("got %v; want InvalidRuntimePath mentioning %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// needRoot skips a test that needs root outside CI; under CI=true a missing root fails.
+func needRoot(t *testing.T, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("CI must run as root: " + why)
+		}
+		t.Skip("needs root: " + why)
 	}
 }

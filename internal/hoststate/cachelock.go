@@ -27,10 +27,6 @@ func (l Layout) LockLayerCache(ctx context.Context, exclusive, wait bool) (func(
 }
 
 func (l Layout) lockLayerCache(ctx context.Context, exclusive, wait bool, bound time.Duration) (func(), error) {
-	f, err := openLock(l.LayerCacheLock(), 0o755)
-	if err != nil {
-		return nil, err
-	}
 	how := unix.LOCK_SH
 	if exclusive {
 		how = unix.LOCK_EX
@@ -38,14 +34,11 @@ func (l Layout) lockLayerCache(ctx context.Context, exclusive, wait bool, bound 
 	if !wait {
 		bound = 0
 	}
-	if err := flockWithin(ctx, f, how, bound); err != nil {
-		_ = f.Close()
-		if errors.Is(err, errLockBusy) {
-			return nil, ErrLayerCacheBusy
-		}
-		return nil, err
+	release, err := lock(ctx, l.LayerCacheLock(), 0o755, how, bound)
+	if errors.Is(err, errLockBusy) {
+		return nil, ErrLayerCacheBusy
 	}
-	return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); _ = f.Close() }, nil
+	return release, err
 }
 
 // ErrLayerCacheBusy: an install holds the layer cache (LockLayerCache without waiting).

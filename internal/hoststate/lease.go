@@ -32,15 +32,11 @@ type Lease struct {
 // reading current and writing its lease. The lock file is judged first (locks.go) and the
 // wait ends after RuntimeLockWait.
 func (l Layout) withLock(id string, how int, fn func() error) error {
-	f, err := openLock(l.LockFile(id), 0o755)
+	release, err := lock(context.Background(), l.LockFile(id), 0o755, how, RuntimeLockWait)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = f.Close() }()
-	if err := flockWithin(context.Background(), f, how, RuntimeLockWait); err != nil {
-		return err
-	}
-	defer func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN) }()
+	defer release()
 	return fn()
 }
 

@@ -182,20 +182,26 @@ func flockWithin(ctx context.Context, f *os.File, how int, bound time.Duration) 
 	}
 }
 
+// lock opens path as a Brewlet lock (openLock), takes it (flockWithin) and returns its
+// release: the one way every lock of the package is taken.
+func lock(ctx context.Context, path string, dirMode fs.FileMode, how int, bound time.Duration) (func(), error) {
+	f, err := openLock(path, dirMode)
+	if err != nil {
+		return nil, err
+	}
+	if err := flockWithin(ctx, f, how, bound); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); _ = f.Close() }, nil
+}
+
 // LockExclusive takes an exclusive lock on path (created 0600 in a root-only directory,
 // judged like every Brewlet lock) and returns its release. It waits until ctx ends or bound
 // has passed, then refuses with NodeNotReady naming the file. Shims use it to let one of
 // them do a slow piece of work that the others would repeat (validating a layer set).
 func LockExclusive(ctx context.Context, path string, bound time.Duration) (func(), error) {
-	f, err := openLock(path, 0o700)
-	if err != nil {
-		return nil, err
-	}
-	if err := flockWithin(ctx, f, unix.LOCK_EX, bound); err != nil {
-		_ = f.Close()
-		return nil, err
-	}
-	return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); _ = f.Close() }, nil
+	return lock(ctx, path, 0o700, unix.LOCK_EX, bound)
 }
 
 // RemoveIfUnlocked removes a lock file nobody holds (pruning). One opened but not yet

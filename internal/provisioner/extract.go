@@ -121,11 +121,8 @@ func (x *extractor) entry(e artifact.Entry, h *tar.Header, body io.Reader) error
 	// The tar reader has judged every name (artifact.judgeName); this is the extractor's own
 	// last word before a host path is built from one, so no slip there can reach outside dst.
 	if e.Path == "." {
-		if e.Type != artifact.TypeDir {
-			return refuse(e.Path, "names the layer root, which only a directory entry may")
-		}
-		// The root is the extractor's own directory (an opaque marker there is ignored by
-		// overlayfs, as by the validators).
+		// The root is the extractor's own directory (the reader lets only a directory entry
+		// name it; an opaque marker there is ignored by overlayfs, as by the validators).
 		return nil
 	}
 	if !artifact.InLayer(e.Path) {

@@ -165,14 +165,7 @@ func hookNames(h *specs.Hooks) []string {
 // all (Unconfined), or a profile whose default action allows, only logs, or defers every
 // unlisted system call to a user-space agent.
 func permissiveSeccomp(sc *specs.LinuxSeccomp) bool {
-	if sc == nil {
-		return true
-	}
-	switch sc.DefaultAction {
-	case specs.ActAllow, specs.ActLog, specs.ActNotify:
-		return true
-	}
-	return false
+	return sc == nil || lets(sc.DefaultAction)
 }
 
 func union(have, want []string) []string {

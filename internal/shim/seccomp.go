@@ -3,7 +3,6 @@ package shim
 import (
 	"bytes"
 	"encoding/json"
-	"slices"
 
 	"github.com/containerd/containerd/v2/contrib/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -22,17 +21,14 @@ import (
 // CAP_SYS_ADMIN, CAP_SYSLOG, CAP_BPF or CAP_PERFMON. The list is Brewlet's own, not read
 // from the containerd the shim was built with, so that the judgement does not move with
 // the node's containerd version.
-var gatedSyscalls = []string{
-	"bpf", "clone", "clone3", "fanotify_init", "fsconfig", "fsmount", "fsopen", "fspick",
-	"lookup_dcookie", "mount", "mount_setattr", "move_mount", "open_tree", "perf_event_open",
-	"pivot_root", "quotactl", "quotactl_fd", "setdomainname", "sethostname", "setns", "syslog",
-	"umount", "umount2", "unshare",
+// A set: every create looks up each name of its profile (a few hundred).
+var gatedSyscalls = map[string]bool{
+	"bpf": true, "clone": true, "clone3": true, "fanotify_init": true, "fsconfig": true, "fsmount": true,
+	"fsopen": true, "fspick": true, "lookup_dcookie": true, "mount": true, "mount_setattr": true,
+	"move_mount": true, "open_tree": true, "perf_event_open": true, "pivot_root": true, "quotactl": true,
+	"quotactl_fd": true, "setdomainname": true, "sethostname": true, "setns": true, "syslog": true,
+	"umount": true, "umount2": true, "unshare": true,
 }
-
-// newNamespaceFlags are the clone/unshare flags that create namespaces. Without
-// capabilities only CLONE_NEWUSER succeeds, and it is the one that grants them back.
-const newNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWUSER |
-	unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
 
 // lets reports whether a rule's action lets the call run: allow, log (allow and log), and
 // notify (a user-space agent decides, i.e. not the kernel filter) all do; errno, kill and
@@ -57,7 +53,7 @@ func gatedSyscall(sc *specs.LinuxSeccomp) string {
 			continue
 		}
 		for _, name := range r.Names {
-			if !slices.Contains(gatedSyscalls, name) {
+			if !gatedSyscalls[name] {
 				continue
 			}
 			if (name == "clone" || name == "unshare") && withoutNewUser(r.Args) {

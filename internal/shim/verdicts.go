@@ -139,9 +139,6 @@ func cachedValidation(ctx context.Context, dir string, layers []string, lim arti
 	if v, ok := answer(file); ok {
 		return v.err()
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
 	release, err := hoststate.LockExclusive(ctx, file+lockSuffix, validationLockWait)
 	if err != nil {
 		return err
@@ -217,11 +214,21 @@ func storeVerdict(dir, file string, v verdict) error {
 }
 
 // pruneVerdicts keeps the keep most recently used verdicts of dir, and the validation
-// locks of those (a lock in use is never removed).
+// locks of those (a lock in use is never removed). Below keep verdicts it only counts
+// names: it runs after every new verdict, so the common case stats nothing.
 func pruneVerdicts(dir string, keep int) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return err
+	}
+	verdicts := 0
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), lockSuffix) {
+			verdicts++
+		}
+	}
+	if verdicts <= keep {
+		return nil
 	}
 	type aged struct {
 		name string
@@ -232,30 +239,24 @@ func pruneVerdicts(dir string, keep int) error {
 	for _, e := range ents {
 		if name, ok := strings.CutSuffix(e.Name(), lockSuffix); ok {
 			locks[name] = true
-			continue
-		}
-		if fi, err := e.Info(); err == nil {
+		} else if fi, err := e.Info(); err == nil {
 			all = append(all, aged{e.Name(), fi.ModTime()})
 		}
 	}
-	var errs []error
-	for _, a := range all {
-		delete(locks, a.name)
-	}
-	for name := range locks { // a lock whose verdict is gone (pruned earlier, or never stored)
-		if err := hoststate.RemoveIfUnlocked(filepath.Join(dir, name+lockSuffix)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	if len(all) <= keep {
-		return errors.Join(errs...)
-	}
 	slices.SortFunc(all, func(a, b aged) int { return a.used.Compare(b.used) })
+	for _, a := range all[max(0, len(all)-keep):] {
+		delete(locks, a.name) // a kept verdict keeps its lock
+	}
+	var errs []error
 	for _, a := range all[:max(0, len(all)-keep)] {
 		if err := os.Remove(filepath.Join(dir, a.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
-		if err := hoststate.RemoveIfUnlocked(filepath.Join(dir, a.name+lockSuffix)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	}
+	// The pruned verdicts' locks and those whose verdict was never stored (a validation
+	// cut short by I/O or a cancelled create).
+	for name := range locks {
+		if err := hoststate.RemoveIfUnlocked(filepath.Join(dir, name+lockSuffix)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}

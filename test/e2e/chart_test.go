@@ -426,6 +426,12 @@ func chartCheckCommonWith(t *testing.T, rc chartObjects, ns, leaseName string, r
 
 	ds := &appsv1.DaemonSet{}
 	rc.decode(t, "DaemonSet", "brewlet-provisioner", ds)
+	// The operator finds the agents' pods by these labels (status.nodesWithoutAgent).
+	for k, v := range vocab.AgentPodLabels {
+		if ds.Spec.Template.Labels[k] != v {
+			t.Errorf("provisioner pod template labels %v lack %s=%s", ds.Spec.Template.Labels, k, v)
+		}
+	}
 	dps := ds.Spec.Template.Spec
 	if len(dps.Containers) != 1 {
 		t.Fatalf("provisioner containers: %d", len(dps.Containers))

@@ -148,21 +148,7 @@ func TestPodAdmission(t *testing.T) {
 	legacyCA := legacyAdmissionSecret(t, c)
 	port, metricsAddr := admissionOperator(t, cp)
 
-	// The configuration is created without a caBundle: the operator fills it in.
-	cfg := admission.Configuration(admission.ClientConfig{URL: fmt.Sprintf("https://127.0.0.1:%d%s", port, admission.Path)})
-	if err := c.Create(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "caBundle patched from the operator's Secret", func() (bool, string) {
-		sec, cur := &corev1.Secret{}, &admissionregistrationv1.MutatingWebhookConfiguration{}
-		if err := c.Get(ctx, types.NamespacedName{Namespace: "brewlet-system", Name: admission.SecretName}, sec); err != nil {
-			return false, err.Error()
-		}
-		if err := c.Get(ctx, types.NamespacedName{Name: admission.ConfigurationName}, cur); err != nil {
-			return false, err.Error()
-		}
-		return len(sec.Data[admission.KeyCABundle]) > 0 && bytes.Equal(cur.Webhooks[0].ClientConfig.CABundle, sec.Data[admission.KeyCABundle]), "not yet"
-	})
+	installWebhook(t, c, port)
 	eventually(t, 30*time.Second, "the earlier version's CA and its key gone from the Secret and the caBundle", func() (bool, string) {
 		if problem, err := admissionSecretProblem(ctx, c, legacyCA); err != nil || problem != "" {
 			return false, fmt.Sprint(problem, err)
@@ -422,4 +408,25 @@ func testRotationUnderLoad(t *testing.T, c, wc client.Client, port int, legacyCA
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// installWebhook creates the pod webhook configuration for the operator serving on port,
+// without a caBundle, and waits until the operator has filled it in from its Secret.
+func installWebhook(t *testing.T, c client.Client, port int) {
+	t.Helper()
+	ctx := context.Background()
+	cfg := admission.Configuration(admission.ClientConfig{URL: fmt.Sprintf("https://127.0.0.1:%d%s", port, admission.Path)})
+	if err := c.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "caBundle patched from the operator's Secret", func() (bool, string) {
+		sec, cur := &corev1.Secret{}, &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "brewlet-system", Name: admission.SecretName}, sec); err != nil {
+			return false, err.Error()
+		}
+		if err := c.Get(ctx, types.NamespacedName{Name: admission.ConfigurationName}, cur); err != nil {
+			return false, err.Error()
+		}
+		return len(sec.Data[admission.KeyCABundle]) > 0 && bytes.Equal(cur.Webhooks[0].ClientConfig.CABundle, sec.Data[admission.KeyCABundle]), "not yet"
+	})
 }

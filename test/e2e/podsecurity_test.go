@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
@@ -196,20 +194,7 @@ func startPodSecurityWebhook(t *testing.T, cp *framework.ControlPlane) {
 	t.Helper()
 	ctx, c := context.Background(), cp.Client
 	port, _ := admissionOperator(t, cp)
-	cfg := admission.Configuration(admission.ClientConfig{URL: fmt.Sprintf("https://127.0.0.1:%d%s", port, admission.Path)})
-	if err := c.Create(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "caBundle patched from the operator's Secret", func() (bool, string) {
-		sec, cur := &corev1.Secret{}, &admissionregistrationv1.MutatingWebhookConfiguration{}
-		if err := c.Get(ctx, types.NamespacedName{Namespace: "brewlet-system", Name: admission.SecretName}, sec); err != nil {
-			return false, err.Error()
-		}
-		if err := c.Get(ctx, types.NamespacedName{Name: admission.ConfigurationName}, cur); err != nil {
-			return false, err.Error()
-		}
-		return len(sec.Data[admission.KeyCABundle]) > 0 && bytes.Equal(cur.Webhooks[0].ClientConfig.CABundle, sec.Data[admission.KeyCABundle]), "not yet"
-	})
+	installWebhook(t, c, port)
 	py := runtimeImage("python-3.12", "registry.example/runtimes/python@"+goodDigest)
 	py.Spec.User = brewletv1.RuntimeUser{UID: 10001, GID: 10002}
 	if err := c.Create(ctx, py); err != nil {

@@ -20,7 +20,7 @@ func (cp *ControlPlane) UserClient(t TB, name string, groups ...string) client.C
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	crt, key, err := cp.pki.issueIn(dir, "client", pkix.Name{CommonName: name, Organization: groups}, nil, nil, x509.ExtKeyUsageClientAuth)
+	crt, key, err := cp.issueClient(dir, name, groups...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,4 +35,10 @@ func (cp *ControlPlane) UserClient(t TB, name string, groups ...string) client.C
 // KubeletClient is UserClient for the kubelet of node.
 func (cp *ControlPlane) KubeletClient(t TB, node string) client.Client {
 	return cp.UserClient(t, "system:node:"+node, "system:nodes")
+}
+
+// issueClient writes <dir>/client.crt and .key: a client certificate of the control
+// plane's CA for user name in groups.
+func (cp *ControlPlane) issueClient(dir, name string, groups ...string) (crt, key string, err error) {
+	return cp.pki.issueIn(dir, "client", pkix.Name{CommonName: name, Organization: groups}, nil, nil, x509.ExtKeyUsageClientAuth)
 }

@@ -173,8 +173,7 @@ func (k *KubeletNode) writeCredentials(cp *ControlPlane) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	crt, key, err := cp.pki.issueIn(dir, "client", pkix.Name{CommonName: "system:node:" + k.NodeName,
-		Organization: []string{"system:nodes"}}, nil, nil, x509.ExtKeyUsageClientAuth)
+	crt, key, err := cp.issueClient(dir, "system:node:"+k.NodeName, "system:nodes")
 	if err != nil {
 		return err
 	}
