@@ -21,6 +21,14 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/hoststate"
+	"brewlet.sh/brewlet/internal/provisioner/agent"
+	"brewlet.sh/brewlet/internal/provisioner/clusterview"
+	"brewlet.sh/brewlet/internal/provisioner/containerd"
+	"brewlet.sh/brewlet/internal/provisioner/gc"
+	"brewlet.sh/brewlet/internal/provisioner/install"
+	"brewlet.sh/brewlet/internal/provisioner/metrics"
+	"brewlet.sh/brewlet/internal/provisioner/tasks"
+	"brewlet.sh/brewlet/internal/provisioner/writer"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -62,7 +70,7 @@ func Main(ctx context.Context, o Options) error {
 	}
 	// Refused before anything runs: a TTL above the cap would keep a disconnected node
 	// starting containers for longer than MaxAuthTTL allows.
-	if err := ValidateTiming(o.AuthTTL, o.Period); err != nil {
+	if err := agent.ValidateTiming(o.AuthTTL, o.Period); err != nil {
 		return err
 	}
 	if o.GCGrace < 0 {
@@ -84,30 +92,30 @@ func Main(ctx context.Context, o Options) error {
 	if o.HostPrefix != "" {
 		layout = hoststate.Under(o.HostPrefix)
 	}
-	agent := &Agent{Client: c, NodeName: o.NodeName, PodUID: types.UID(o.PodUID), Layout: layout, AuthTTL: o.AuthTTL, Period: o.Period,
-		Installer: &Installer{Layout: layout, Insecure: o.InsecureRegistries, Mirrors: o.Mirrors,
+	a := &agent.Agent{Client: c, NodeName: o.NodeName, PodUID: types.UID(o.PodUID), Layout: layout, AuthTTL: o.AuthTTL, Period: o.Period,
+		Installer: &install.Installer{Layout: layout, Insecure: o.InsecureRegistries, Mirrors: o.Mirrors,
 			Platform: v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}},
-		Collector: &Collector{Layout: layout, Grace: o.GCGrace, MountInfo: o.MountInfo},
-		Tasks:     &ContainerdTasks{Socket: o.ContainerdSocket},
-		HostSetup: &HostChanges{Layout: layout, Containerd: o.containerd(), ShimSource: o.ShimSource, ShimDir: o.ShimDir},
+		Collector: &gc.Collector{Layout: layout, Grace: o.GCGrace, MountInfo: o.MountInfo},
+		Tasks:     &tasks.Containerd{Socket: o.ContainerdSocket},
+		HostSetup: &containerd.HostChanges{Layout: layout, Containerd: o.containerd(), ShimSource: o.ShimSource, ShimDir: o.ShimDir},
 		// The mode comes from the NodeRuntime spec when the operator wrote one.
 		ContainerdMode: vocab.ContainerdRestart(o.ContainerdRestart),
 		Log:            log.Printf}
 	wake := make(chan struct{}, 1)
-	view, err := NewView(cfg, Scheme(), c)
+	view, err := clusterview.NewView(cfg, Scheme(), c)
 	if err != nil {
 		return err
 	}
 	if err := view.Start(ctx, wake); err != nil {
 		return err
 	}
-	agent.View = view
-	go Wakeup{Client: c, NodeName: o.NodeName, Log: log.Printf}.Run(ctx, wake)
-	go TaskEvents{Socket: o.ContainerdSocket, Layout: layout, Log: log.Printf}.Run(ctx, wake)
-	agent.Wake = wake
+	a.View = view
+	go clusterview.Wakeup{Client: c, NodeName: o.NodeName, Log: log.Printf}.Run(ctx, wake)
+	go tasks.Events{Socket: o.ContainerdSocket, Layout: layout, Log: log.Printf}.Run(ctx, wake)
+	a.Wake = wake
 	if o.MetricsAddress != "" {
 		reg := prometheus.NewRegistry()
-		agent.Metrics = NewMetrics(layout, reg)
+		a.Metrics = metrics.NewMetrics(layout, reg)
 		reg.MustRegister(view.Collectors()...)
 		srv := &http.Server{Addr: o.MetricsAddress, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
@@ -117,19 +125,19 @@ func Main(ctx context.Context, o Options) error {
 		}()
 		defer func() { _ = srv.Close() }()
 	}
-	return WriterLease{Client: cs, Namespace: o.Namespace, NodeName: o.NodeName, Identity: o.Identity}.
+	return writer.Lease{Client: cs, Namespace: o.Namespace, NodeName: o.NodeName, Identity: o.Identity}.
 		Run(ctx, func(ctx context.Context, isWriter func() bool) {
-			agent.IsWriter = isWriter
-			if err := agent.Run(ctx); err != nil {
+			a.IsWriter = isWriter
+			if err := a.Run(ctx); err != nil {
 				log.Printf("agent: %v", err)
 			}
 		})
 }
 
 // containerd is how the agent edits, checks and restarts the node's containerd.
-func (o Options) containerd() *Containerd {
-	host := HostExec{Root: o.HostRoot}
-	return &Containerd{ConfigPath: o.ContainerdConfig, Binary: o.ContainerdBinary, Host: host,
+func (o Options) containerd() *containerd.Handler {
+	host := containerd.HostExec{Root: o.HostRoot}
+	return &containerd.Handler{ConfigPath: o.ContainerdConfig, Binary: o.ContainerdBinary, Host: host,
 		Restart: func(ctx context.Context) error {
 			cmd, err := host.Shell(ctx, o.ContainerdRestartCommand)
 			if err != nil {
@@ -141,5 +149,5 @@ func (o Options) containerd() *Containerd {
 			}
 			return nil
 		},
-		Health: HandlerHealth(o.ContainerdSocket)}
+		Health: containerd.HandlerHealth(o.ContainerdSocket)}
 }

@@ -17,7 +17,9 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/hoststate"
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/agent"
+	"brewlet.sh/brewlet/internal/provisioner/gc"
+	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
@@ -68,14 +70,14 @@ func (w *agentWorld) offer(t *testing.T, images map[string]string) *brewletv1.No
 	return np
 }
 
-func (w *agentWorld) agent(t *testing.T, ttl, period time.Duration) *provisioner.Agent {
-	return &provisioner.Agent{Client: w.cp.Client, NodeName: w.nodeName, Layout: w.host, AuthTTL: ttl, Period: period, Log: t.Logf,
-		Installer: &provisioner.Installer{Layout: w.host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
+func (w *agentWorld) agent(t *testing.T, ttl, period time.Duration) *agent.Agent {
+	return &agent.Agent{Client: w.cp.Client, NodeName: w.nodeName, Layout: w.host, AuthTTL: ttl, Period: period, Log: t.Logf,
+		Installer: &install.Installer{Layout: w.host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
 }
 
 // run starts a.Run and returns its stop, which returns once Run (and every install it
 // started) has.
-func run(a *provisioner.Agent) (stop func()) {
+func run(a *agent.Agent) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() { defer close(ran); _ = a.Run(ctx) }()
@@ -164,7 +166,7 @@ func TestAgentRenewsWhileRegistryStalls(t *testing.T) {
 	w.offer(t, map[string]string{pyID: w.refs["python1"], stalledID: proxy.addr + "/" + path})
 	ttl := 6 * time.Second
 	a := w.agent(t, ttl, time.Second)
-	a.Collector = &provisioner.Collector{Layout: w.host, Grace: time.Hour, MountInfo: "/proc/self/mountinfo"}
+	a.Collector = &gc.Collector{Layout: w.host, Grace: time.Hour, MountInfo: "/proc/self/mountinfo"}
 	stop := run(a)
 	defer stop()
 	waitFor(t, 3*time.Minute, pyID+" to be installed and authorized", func() bool {

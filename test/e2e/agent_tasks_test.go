@@ -18,7 +18,9 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/hoststate"
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/agent"
+	"brewlet.sh/brewlet/internal/provisioner/install"
+	"brewlet.sh/brewlet/internal/provisioner/tasks"
 )
 
 // The node report is reconciled against containerd's live tasks (docs/provisioner.md, "Task report"): a Brewlet
@@ -49,19 +51,19 @@ func TestAgentReportsLiveTasks(t *testing.T) {
 		}
 		return false
 	}
-	containerd := &provisioner.ContainerdTasks{Socket: n.Socket}
-	agent := &provisioner.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 2 * time.Minute, Log: logf,
-		Tasks:     containerd,
-		Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
-	defer agent.Close()
+	ctrd := &tasks.Containerd{Socket: n.Socket}
+	ag := &agent.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 2 * time.Minute, Log: logf,
+		Tasks:     ctrd,
+		Installer: &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
+	defer ag.Close()
 	must(host.CloseFence())
-	must(agent.ReconcileAndWait(ctx))
+	must(ag.ReconcileAndWait(ctx))
 	// containerd's task events wake the agent for Brewlet containers (subscribed long before
 	// the first container starts: the image and CLI are built in between).
 	wake := make(chan struct{}, 1)
 	evCtx, stopEvents := context.WithCancel(ctx)
 	defer stopEvents()
-	go provisioner.TaskEvents{Socket: n.Socket, Layout: host, Log: logf}.Run(evCtx, wake)
+	go tasks.Events{Socket: n.Socket, Layout: host, Log: logf}.Run(evCtx, wake)
 	woken := func(t *testing.T, after string) {
 		t.Helper()
 		select {
@@ -102,7 +104,7 @@ func TestAgentReportsLiveTasks(t *testing.T) {
 
 	t.Run("a running container is reported", func(t *testing.T) {
 		woken(t, "a Brewlet container started")
-		must(agent.Reconcile(ctx))
+		must(ag.Reconcile(ctx))
 		nrt := report(t)
 		if !nrt.Status.Complete || len(nrt.Status.Tasks) != 1 {
 			t.Fatalf("complete %v tasks %+v", nrt.Status.Complete, nrt.Status.Tasks)
@@ -124,9 +126,9 @@ func TestAgentReportsLiveTasks(t *testing.T) {
 	must(os.MkdirAll(host.ContainerDir(ghost), 0o700))
 
 	t.Run("containerd unreachable: leases reported as they are, incomplete", func(t *testing.T) {
-		agent.Tasks = &provisioner.ContainerdTasks{Socket: filepath.Join(t.TempDir(), "no-containerd.sock")}
-		defer func() { agent.Tasks = containerd }()
-		must(agent.Reconcile(ctx))
+		ag.Tasks = &tasks.Containerd{Socket: filepath.Join(t.TempDir(), "no-containerd.sock")}
+		defer func() { ag.Tasks = ctrd }()
+		must(ag.Reconcile(ctx))
 		nrt := report(t)
 		if nrt.Status.Complete {
 			t.Error("complete without containerd")
@@ -144,7 +146,7 @@ func TestAgentReportsLiveTasks(t *testing.T) {
 	})
 
 	t.Run("a lease whose container containerd no longer has is released", func(t *testing.T) {
-		must(agent.Reconcile(ctx))
+		must(ag.Reconcile(ctx))
 		nrt := report(t)
 		if !nrt.Status.Complete {
 			t.Error("incomplete although containerd answered")
@@ -165,7 +167,7 @@ func TestAgentReportsLiveTasks(t *testing.T) {
 			t.Errorf("the running container's lease: %v", err)
 		}
 		rv := nrt.ResourceVersion
-		must(agent.Reconcile(ctx))
+		must(ag.Reconcile(ctx))
 		if report(t).ResourceVersion != rv {
 			t.Error("an unchanged pass rewrote NodeRuntime status")
 		}
@@ -181,7 +183,7 @@ func TestAgentReportsLiveTasks(t *testing.T) {
 		woken(t, "a Brewlet container stopped")
 		_, err = n.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: cid})
 		must(err)
-		must(agent.Reconcile(ctx))
+		must(ag.Reconcile(ctx))
 		nrt := report(t)
 		if !nrt.Status.Complete || len(nrt.Status.Tasks) != 0 {
 			t.Errorf("complete %v tasks %+v", nrt.Status.Complete, nrt.Status.Tasks)
@@ -194,7 +196,7 @@ func TestAgentReportsLiveTasks(t *testing.T) {
 			t.Fatal(err)
 		}
 		must(os.Remove(host.LeaseFile(cid2)))
-		must(agent.Reconcile(ctx))
+		must(ag.Reconcile(ctx))
 		if nrt := report(t); nrt.Status.Complete {
 			t.Errorf("complete although %s (pod %s) runs without a lease: tasks %+v", cid2, pod2.Metadata.Name, nrt.Status.Tasks)
 		}

@@ -15,7 +15,8 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/hoststate"
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/agent"
+	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
@@ -61,15 +62,15 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 	host := hoststate.Under(n.HostPrefix)
 	// A long authorization for the flow (a slow machine must not expire it between steps);
 	// the expiry subtest shortens it.
-	agent := &provisioner.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 2 * time.Minute, Log: t.Logf,
-		Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
-	defer agent.Close()
-	agent.Host = &brewletv1.NodeCleanup{ShimInstalled: true, ContainerdHandlerRegistered: true} // what PrepareHost reported
-	must(host.CloseFence())                                                                     // as Run does at start
+	ag := &agent.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 2 * time.Minute, Log: t.Logf,
+		Installer: &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
+	defer ag.Close()
+	ag.Host = &brewletv1.NodeCleanup{ShimInstalled: true, ContainerdHandlerRegistered: true} // what PrepareHost reported
+	must(host.CloseFence())                                                                  // as Run does at start
 	// The per-ID key of releases before node-restriction labels, left by an old agent:
 	// removed.
 	must(labelNode(ctx, c, nodeName, vocab.LegacyLabelRuntimePrefix+pyID, "ready"))
-	must(agent.ReconcileAndWait(ctx))
+	must(ag.ReconcileAndWait(ctx))
 
 	node := &corev1.Node{}
 	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, node))
@@ -86,7 +87,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 		t.Fatalf("NodeRuntime %+v", nrt)
 	}
 	rv := nrt.ResourceVersion
-	must(agent.ReconcileAndWait(ctx))
+	must(ag.ReconcileAndWait(ctx))
 	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt))
 	if nrt.ResourceVersion != rv {
 		t.Fatal("an unchanged pass rewrote NodeRuntime status")
@@ -108,7 +109,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 		ri.Spec.Source.Image = refs["python2"]
 		must(c.Update(ctx, ri))
 		waitGeneration(t, c, ri, 2)
-		must(agent.ReconcileAndWait(ctx))
+		must(ag.ReconcileAndWait(ctx))
 		if cur, err := host.Current(pyID); err != nil || cur.Generation != 2 {
 			t.Fatalf("current after rotation: %v %v", cur, err)
 		}
@@ -116,19 +117,19 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 
 	t.Run("authorization expires without the API server and renews after", func(t *testing.T) {
 		ttl := 3 * time.Second
-		agent.AuthTTL = ttl
-		must(agent.ReconcileAndWait(ctx)) // the last confirmation before the node is cut off
+		ag.AuthTTL = ttl
+		must(ag.ReconcileAndWait(ctx)) // the last confirmation before the node is cut off
 		cp.StopAPIServer()
-		if err := agent.Reconcile(ctx); err == nil {
+		if err := ag.Reconcile(ctx); err == nil {
 			t.Fatal("a pass without the API server succeeded")
 		}
 		time.Sleep(ttl + time.Second)
 		_, _, err := d.start(t, nil, nil)
 		expectReason(t, err, vocab.ReasonRuntimeImageAuthorizationExpired)
 		cp.StartAPIServer(t)
-		agent.Client = cp.Client
-		agent.AuthTTL = 2 * time.Minute
-		must(agent.ReconcileAndWait(ctx))
+		ag.Client = cp.Client
+		ag.AuthTTL = 2 * time.Minute
+		must(ag.ReconcileAndWait(ctx))
 		if _, _, err := d.start(t, nil, nil); err != nil {
 			t.Fatalf("start after renewal: %v", err)
 		}
@@ -155,7 +156,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 			must(c.Update(ctx, ri))
 			gen++
 			waitGeneration(t, c, ri, gen)
-			must(agent.ReconcileAndWait(ctx))
+			must(ag.ReconcileAndWait(ctx))
 			must(c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt))
 			e := nrt.Status.Runtimes[0]
 			if e.State != "Ready" || e.Generation != 2 || e.Reason != string(tc.reason) || !strings.Contains(e.Message, "refused") || e.FailedGeneration != gen {
@@ -182,7 +183,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 
 	t.Run("deleting the RuntimeImage revokes at once", func(t *testing.T) {
 		must(c.Delete(ctx, ri))
-		must(agent.ReconcileAndWait(ctx))
+		must(ag.ReconcileAndWait(ctx))
 		_, _, err := d.start(t, nil, nil)
 		expectReason(t, err, vocab.ReasonRuntimeImageRevoked)
 		must(c.Get(ctx, client.ObjectKey{Name: nodeName}, node))
@@ -210,7 +211,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 			t.Fatal("recreated RuntimeImage kept its UID")
 		}
 		waitGeneration(t, c, ri, 1)
-		must(agent.ReconcileAndWait(ctx))
+		must(ag.ReconcileAndWait(ctx))
 		cur, err := host.Current(pyID)
 		if err != nil || cur.Epoch != string(ri.UID) || cur.Generation != 1 {
 			t.Fatalf("current after recreation: %v %v (new epoch %s)", cur, err, ri.UID)
@@ -238,10 +239,10 @@ func TestAgentOnDemandInstall(t *testing.T) {
 	ctx := context.Background()
 	host := hoststate.Under(n.HostPrefix)
 	// A period far longer than the shim's OnDemand wait: only the request can wake the agent.
-	agent := &provisioner.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 5 * time.Minute, Period: 2 * time.Minute, Log: t.Logf,
-		Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
-	defer agent.Close()
-	must(agent.ReconcileAndWait(ctx))
+	ag := &agent.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 5 * time.Minute, Period: 2 * time.Minute, Log: t.Logf,
+		Installer: &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
+	defer ag.Close()
+	must(ag.ReconcileAndWait(ctx))
 	node := &corev1.Node{}
 	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, node))
 	if node.Labels[vocab.RuntimeLabel(pyID)] != "available" || node.Labels[vocab.LabelRuntime] != "ready" {
@@ -262,7 +263,7 @@ func TestAgentOnDemandInstall(t *testing.T) {
 	ran := make(chan struct{})
 	defer func() { stop(); <-ran }() // Run returns once its installs stopped
 	must(host.CloseFence())          // an agent (re)start: the fence is closed until its first pass
-	go func() { defer close(ran); _ = agent.Run(runCtx) }()
+	go func() { defer close(ran); _ = ag.Run(runCtx) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for host.CheckFence() != nil {
 		if time.Now().After(deadline) {

@@ -8,7 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/clusterview"
 	"brewlet.sh/brewlet/test/framework"
 )
 
@@ -22,7 +22,7 @@ func TestAgentViewNeverStale(t *testing.T) {
 
 	viewCtx, stopInformers := context.WithCancel(ctx)
 	defer stopInformers()
-	view, err := provisioner.NewView(cp.Config, framework.Scheme(), cp.Client)
+	view, err := clusterview.NewView(cp.Config, framework.Scheme(), cp.Client)
 	must(t, err)
 	must(t, view.Start(viewCtx, make(chan struct{}, 1)))
 

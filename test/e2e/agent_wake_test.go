@@ -12,7 +12,9 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/hoststate"
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/agent"
+	"brewlet.sh/brewlet/internal/provisioner/clusterview"
+	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
@@ -57,21 +59,21 @@ func TestAgentWakesOnChanges(t *testing.T) {
 // startWiredAgent runs an agent as brewlet-provisioner wires it, pausing two minutes between
 // passes: informers confirmed each pass, RuntimeImage changes and the node's NodeRuntime spec
 // waking the loop. It stops with the test.
-func startWiredAgent(t *testing.T, e *agentEnv) (hoststate.Layout, *provisioner.View) {
+func startWiredAgent(t *testing.T, e *agentEnv) (hoststate.Layout, *clusterview.View) {
 	t.Helper()
 	host := hoststate.Under(e.n.HostPrefix)
 	wc, err := client.NewWithWatch(e.cp.Config, client.Options{Scheme: framework.Scheme()})
 	e.must(err)
 	wake := make(chan struct{}, 1)
 	runCtx, stop := context.WithCancel(context.Background())
-	view, err := provisioner.NewView(e.cp.Config, framework.Scheme(), wc)
+	view, err := clusterview.NewView(e.cp.Config, framework.Scheme(), wc)
 	e.must(err)
 	e.must(view.Start(runCtx, wake))
-	agent := &provisioner.Agent{Client: e.c, View: view, NodeName: e.nodeName, Layout: host, AuthTTL: 5 * time.Minute, Period: 2 * time.Minute,
-		Log: t.Logf, Wake: wake, Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
+	ag := &agent.Agent{Client: e.c, View: view, NodeName: e.nodeName, Layout: host, AuthTTL: 5 * time.Minute, Period: 2 * time.Minute,
+		Log: t.Logf, Wake: wake, Installer: &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
 	ran := make(chan struct{})
-	go provisioner.Wakeup{Client: wc, NodeName: e.nodeName, Log: t.Logf}.Run(runCtx, wake)
-	go func() { defer close(ran); _ = agent.Run(runCtx) }()
+	go clusterview.Wakeup{Client: wc, NodeName: e.nodeName, Log: t.Logf}.Run(runCtx, wake)
+	go func() { defer close(ran); _ = ag.Run(runCtx) }()
 	t.Cleanup(func() { stop(); <-ran })
 	return host, view
 }

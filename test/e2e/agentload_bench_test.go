@@ -22,7 +22,9 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/hoststate"
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/agent"
+	"brewlet.sh/brewlet/internal/provisioner/clusterview"
+	"brewlet.sh/brewlet/internal/provisioner/tasks"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
@@ -134,14 +136,14 @@ func runAgents(t *testing.T, cp *framework.ControlPlane, cfg *rest.Config, c cli
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var errs atomic.Int64
-	var views []*provisioner.View
+	var views []*clusterview.View
 	defer func() { stop(); wg.Wait() }()
-	agents := make([]*provisioner.Agent, n)
+	agents := make([]*agent.Agent, n)
 	wakes := make([]chan struct{}, n)
 	for i := range n {
 		dir := t.TempDir()
 		layout := hoststate.Under(dir)
-		a := &provisioner.Agent{Client: c, NodeName: fmt.Sprintf("agent-node-%d", i), Layout: layout, AuthTTL: 6 * period, Period: period,
+		a := &agent.Agent{Client: c, NodeName: fmt.Sprintf("agent-node-%d", i), Layout: layout, AuthTTL: 6 * period, Period: period,
 			Tasks: noTasks{}, Log: func(f string, args ...any) {
 				if strings.HasPrefix(f, "reconcile") {
 					errs.Add(1)
@@ -152,12 +154,12 @@ func runAgents(t *testing.T, cp *framework.ControlPlane, cfg *rest.Config, c cli
 	}
 	if useView {
 		// Informers start a few at a time, as a fleet's agents start at different moments.
-		views = make([]*provisioner.View, n)
+		views = make([]*clusterview.View, n)
 		sem := make(chan struct{}, 4)
 		var starting sync.WaitGroup
 		var failed atomic.Value
 		for i, a := range agents {
-			v, err := provisioner.NewView(cfg, framework.Scheme(), c)
+			v, err := clusterview.NewView(cfg, framework.Scheme(), c)
 			must(t, err)
 			a.View, views[i] = v, v
 			starting.Add(1)
@@ -177,7 +179,7 @@ func runAgents(t *testing.T, cp *framework.ControlPlane, cfg *rest.Config, c cli
 	for i, a := range agents {
 		wake := wakes[i]
 		wg.Add(2)
-		go func() { defer wg.Done(); provisioner.Wakeup{Client: c, NodeName: a.NodeName}.Run(ctx, wake) }()
+		go func() { defer wg.Done(); clusterview.Wakeup{Client: c, NodeName: a.NodeName}.Run(ctx, wake) }()
 		go func() { defer wg.Done(); _ = a.Run(ctx) }()
 	}
 	// Measured from the first period after every agent reported the scenario's runtimes:
@@ -237,12 +239,12 @@ func reported(t *testing.T, c client.Client, n, images int) int {
 
 type noTasks struct{}
 
-func (noTasks) List(context.Context) (map[string]provisioner.TaskState, []string, error) {
-	return map[string]provisioner.TaskState{}, nil, nil
+func (noTasks) List(context.Context) (map[string]tasks.State, []string, error) {
+	return map[string]tasks.State{}, nil, nil
 }
 
-func (noTasks) Get(context.Context, string) (provisioner.TaskState, error) {
-	return provisioner.TaskAbsent, nil
+func (noTasks) Get(context.Context, string) (tasks.State, error) {
+	return tasks.Absent, nil
 }
 
 // agentResources are what agents read and write; the counters of everything else (the

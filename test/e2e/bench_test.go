@@ -19,7 +19,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"brewlet.sh/brewlet/internal/hoststate"
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
@@ -42,9 +42,9 @@ func TestBenchShim(t *testing.T) {
 		{Name: "bin/", Mode: 0o755, Typeflag: tar.TypeDir},
 		{Name: "bin/busybox", Mode: 0o755, Body: bb},
 	}, nil)
-	in := &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
+	in := &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
 	const id, epoch = "bench", "9d8c7b6a-5f4e-4d3c-8b2a-1f0e9d8c7b6a"
-	if _, err := in.Install(context.Background(), provisioner.Request{ID: id, Epoch: epoch, Generation: 1, Image: rt, UID: 20001, GID: 20001}); err != nil {
+	if _, err := in.Install(context.Background(), install.Request{ID: id, Epoch: epoch, Generation: 1, Image: rt, UID: 20001, GID: 20001}); err != nil {
 		t.Fatal(err)
 	}
 	_ = host.OpenFence()
@@ -163,7 +163,7 @@ func TestBenchInstall(t *testing.T) {
 	n := framework.StartNode(t)
 	refs := buildRuntimes(t, n.Registry, "python")
 	host := hoststate.Under(n.HostPrefix)
-	in := &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
+	in := &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
 	ctr := framework.Tool(t, "ctr")
 	pull := func(ref string) time.Duration {
 		t0 := time.Now()
@@ -173,16 +173,16 @@ func TestBenchInstall(t *testing.T) {
 		}
 		return time.Since(t0)
 	}
-	install := func(gen int64) time.Duration {
+	installGen := func(gen int64) time.Duration {
 		t0 := time.Now()
-		if _, err := in.Install(context.Background(), provisioner.Request{ID: "py", Epoch: "3e1f2d4c-5b6a-4978-8c0d-1e2f3a4b5c6d",
+		if _, err := in.Install(context.Background(), install.Request{ID: "py", Epoch: "3e1f2d4c-5b6a-4978-8c0d-1e2f3a4b5c6d",
 			Generation: gen, Image: refs[fmt.Sprintf("python%d", gen)], UID: 10001, GID: 10001}); err != nil {
 			t.Fatal(err)
 		}
 		return time.Since(t0)
 	}
 	ctrCold, ctrDelta := pull(refs["python1"]), pull(refs["python2"])
-	brCold, brDelta := install(1), install(2)
+	brCold, brDelta := installGen(1), installGen(2)
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n| metric (CPython runtime, 3 layers) | ctr image pull + unpack | brewlet install | ratio | target |\n|---|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| cold install | %s | %s | %.2f× | ≤ 1.0× |\n", ctrCold.Round(time.Millisecond), brCold.Round(time.Millisecond), float64(brCold)/float64(ctrCold))

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"slices"
 	"testing"
 
@@ -14,8 +13,7 @@ import (
 // only to read and delete NodeProfiles and RuntimeImages, all Helm hooks), off with
 // uninstall.cleanup=false; and the unbound retirement-evidence ClusterRole.
 func TestChartUninstallHookAndRetirementRole(t *testing.T) {
-	pools := []string{"--set-json", "provisioner.pools=" + chartPool}
-	rc := chartMustRender(t, chartNS, append(pools, "--set", "uninstall.timeoutMinutes=12")...)
+	rc := chartMustRender(t, chartNS, chartPools("--set", "uninstall.timeoutMinutes=12")...)
 	for _, k := range [][2]string{{"ServiceAccount", "brewlet-uninstall"}, {"ClusterRole", "brewlet-uninstall"},
 		{"ClusterRoleBinding", "brewlet-uninstall"}, {"Job", "brewlet-uninstall"}} {
 		o := rc.find(k[0], k[1])
@@ -84,18 +82,10 @@ func TestChartUninstallHookAndRetirementRole(t *testing.T) {
 		}
 	}
 
-	off := chartMustRender(t, chartNS, append(pools, "--set", "uninstall.cleanup=false")...)
+	off := chartMustRender(t, chartNS, chartPools("--set", "uninstall.cleanup=false")...)
 	for _, k := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Job"} {
 		if off.has(k, "brewlet-uninstall") {
 			t.Errorf("%s brewlet-uninstall rendered with uninstall.cleanup=false", k)
 		}
-	}
-}
-
-// decodeLoose fills obj from the object, ignoring fields obj does not have.
-func (r *chartObject) decodeLoose(t *testing.T, obj any) {
-	t.Helper()
-	if err := json.Unmarshal(r.JSON, obj); err != nil {
-		t.Fatalf("%s %s: %v", r.Kind, r.Name, err)
 	}
 }

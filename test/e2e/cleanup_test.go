@@ -19,7 +19,11 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/hoststate"
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/agent"
+	"brewlet.sh/brewlet/internal/provisioner/containerd"
+	"brewlet.sh/brewlet/internal/provisioner/gc"
+	"brewlet.sh/brewlet/internal/provisioner/install"
+	"brewlet.sh/brewlet/internal/provisioner/tasks"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
@@ -55,7 +59,7 @@ func TestAgentCleansTheNodeOnProfileDeletion(t *testing.T) {
 	host := hoststate.Under(n.HostPrefix)
 	shimDir := t.TempDir()
 	failRestart := false
-	cd := &provisioner.Containerd{ConfigPath: n.ConfigPath, Binary: framework.Tool(t, "containerd"),
+	cd := &containerd.Handler{ConfigPath: n.ConfigPath, Binary: framework.Tool(t, "containerd"),
 		Restart: func(ctx context.Context) error {
 			if failRestart {
 				return errors.New("simulated: systemctl restart containerd failed")
@@ -63,18 +67,18 @@ func TestAgentCleansTheNodeOnProfileDeletion(t *testing.T) {
 			return n.RestartContainerd(ctx)
 		},
 		Health: func(ctx context.Context) error { return handlerListed(ctx, n) }}
-	agent := &provisioner.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 2 * time.Minute, Log: t.Logf,
-		Installer: &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}},
+	ag := &agent.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 2 * time.Minute, Log: t.Logf,
+		Installer: &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}},
 		// A long grace: a node no profile selects removes unused runtimes without it.
-		Collector: &provisioner.Collector{Layout: host, Grace: time.Hour, MountInfo: "/proc/self/mountinfo"},
-		Tasks:     &provisioner.ContainerdTasks{Socket: n.Socket},
-		HostSetup: &provisioner.HostChanges{Layout: host, Containerd: cd,
+		Collector: &gc.Collector{Layout: host, Grace: time.Hour, MountInfo: "/proc/self/mountinfo"},
+		Tasks:     &tasks.Containerd{Socket: n.Socket},
+		HostSetup: &containerd.HostChanges{Layout: host, Containerd: cd,
 			ShimSource: filepath.Join(n.BinDir, vocab.ShimBinaryName), ShimDir: shimDir},
 		ContainerdMode: vocab.ContainerdRestartValidated}
-	defer agent.Close()
+	defer ag.Close()
 	must(host.CloseFence())
 	eventually(t, time.Minute, "the profile's finalizer, the node served and installed", func() (bool, string) {
-		if err := agent.ReconcileAndWait(ctx); err != nil {
+		if err := ag.ReconcileAndWait(ctx); err != nil {
 			return false, err.Error()
 		}
 		p := &brewletv1.NodeProfile{}
@@ -106,7 +110,7 @@ func TestAgentCleansTheNodeOnProfileDeletion(t *testing.T) {
 	failRestart = true
 	must(c.Delete(ctx, p))
 	eventually(t, time.Minute, "the failed step reported in the ledger", func() (bool, string) {
-		if err := agent.Reconcile(ctx); err != nil {
+		if err := ag.Reconcile(ctx); err != nil {
 			return false, err.Error()
 		}
 		p := &brewletv1.NodeProfile{}
@@ -129,7 +133,7 @@ func TestAgentCleansTheNodeOnProfileDeletion(t *testing.T) {
 	// containerd restarts again: the retry completes, then the profile goes.
 	failRestart = false
 	eventually(t, time.Minute, "the profile deleted after cleanup", func() (bool, string) {
-		if err := agent.Reconcile(ctx); err != nil {
+		if err := ag.Reconcile(ctx); err != nil {
 			return false, err.Error()
 		}
 		err := c.Get(ctx, client.ObjectKey{Name: "general"}, &brewletv1.NodeProfile{})
@@ -155,11 +159,11 @@ func TestAgentCleansTheNodeOnProfileDeletion(t *testing.T) {
 	if cl := nrt.Status.Cleanup; cl == nil || !cl.Done || cl.ShimInstalled || cl.ContainerdHandlerRegistered || len(cl.InstalledRuntimes) != 0 {
 		t.Fatalf("NodeRuntime status.cleanup %+v", cl)
 	}
-	if owed, err := agent.HostSetup.Recorded(); owed || err != nil {
+	if owed, err := ag.HostSetup.Recorded(); owed || err != nil {
 		t.Fatalf("host record after cleanup: %v %v", owed, err)
 	}
 	// Nothing of Brewlet's is left under its roots, and later passes keep it so.
-	must(agent.Reconcile(ctx))
+	must(ag.Reconcile(ctx))
 	for _, root := range []string{host.Runtimes, host.State} {
 		if ents, err := os.ReadDir(root); err != nil && !os.IsNotExist(err) || len(ents) != 0 {
 			t.Errorf("%s after cleanup: %v %v", root, ents, err)

@@ -11,7 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"brewlet.sh/brewlet/internal/hoststate"
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/containerd"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
@@ -48,14 +48,14 @@ func TestContainerdHandlerRegistration(t *testing.T) {
 	if _, err := n.RunPod(ctx, n.PodConfig("before", nil), "brewlet"); err == nil {
 		t.Fatal("brewlet handler usable before registration")
 	}
-	cd := &provisioner.Containerd{
+	cd := &containerd.Handler{
 		ConfigPath: n.ConfigPath, Binary: framework.Tool(t, "containerd"),
 		Restart: n.RestartContainerd,
 		Health:  func(ctx context.Context) error { return handlerListed(ctx, n) },
 	}
 	// containerdRestart: none changes nothing at all.
 	before, _ := os.ReadFile(n.ConfigPath)
-	host := &provisioner.HostChanges{Layout: hoststate.Under(t.TempDir()), Containerd: cd}
+	host := &containerd.HostChanges{Layout: hoststate.Under(t.TempDir()), Containerd: cd}
 	if rep := host.Prepare(ctx, vocab.ContainerdRestartNone); rep.ContainerdHandlerRegistered || rep.Message != "" {
 		t.Fatalf("mode none: %+v", rep)
 	}
@@ -111,7 +111,7 @@ func TestContainerdHandlerRegistration(t *testing.T) {
 		t.Fatalf("failed health check: %v", err)
 	}
 	// The same failure through Prepare is reported for NodeRuntime status.
-	failingHost := &provisioner.HostChanges{Layout: hoststate.Under(t.TempDir()), Containerd: &failing}
+	failingHost := &containerd.HostChanges{Layout: hoststate.Under(t.TempDir()), Containerd: &failing}
 	if rep := failingHost.Prepare(ctx, vocab.ContainerdRestartValidated); rep.ContainerdHandlerRegistered ||
 		!strings.Contains(rep.Message, "ContainerdConfigFailed") {
 		t.Fatalf("failure report: %+v", rep)
@@ -134,7 +134,7 @@ func TestContainerdHandlerRegistration(t *testing.T) {
 			t.Fatal(err)
 		}
 		restarts := 0
-		c := &provisioner.Containerd{ConfigPath: cfg, Binary: framework.Tool(t, "containerd"),
+		c := &containerd.Handler{ConfigPath: cfg, Binary: framework.Tool(t, "containerd"),
 			Restart: func(context.Context) error { restarts++; return nil },
 			Health:  func(context.Context) error { return nil }}
 		if _, err := c.Ensure(ctx); err != nil {
@@ -160,7 +160,7 @@ func TestContainerdHandlerRegistration(t *testing.T) {
 			t.Fatal(err)
 		}
 		original, _ := os.ReadFile(cfg)
-		h := &provisioner.HostChanges{Layout: hoststate.Under(t.TempDir()), Containerd: c}
+		h := &containerd.HostChanges{Layout: hoststate.Under(t.TempDir()), Containerd: c}
 		if rep := h.Prepare(ctx, vocab.ContainerdRestartValidated); !rep.ContainerdHandlerRegistered {
 			t.Fatalf("prepare: %+v", rep)
 		}

@@ -15,7 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"brewlet.sh/brewlet/internal/hoststate"
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
@@ -30,7 +30,7 @@ type dataPath struct {
 	refs   map[string]string
 	app    string // artifact reference
 	epoch  string
-	inst   *provisioner.Installer
+	inst   *install.Installer
 	cli    string
 	podIdx int
 }
@@ -49,7 +49,7 @@ func newDataPath(t *testing.T) *dataPath {
 	n := framework.StartNode(t)
 	d := &dataPath{n: n, host: hoststate.Under(n.HostPrefix), epoch: "0c6f9a52-1b7e-4d2a-9c1e-5a8f3e2d4b10"}
 	d.refs = buildRuntimes(t, n.Registry, "python")
-	d.inst = &provisioner.Installer{Layout: d.host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
+	d.inst = &install.Installer{Layout: d.host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
 	d.install(t, 1)
 	if err := d.host.OpenFence(); err != nil {
 		t.Fatal(err)
@@ -75,7 +75,7 @@ func pushHello(t *testing.T, cli, registry string, extra ...string) string {
 
 func (d *dataPath) install(t *testing.T, gen int64) {
 	t.Helper()
-	if _, err := d.inst.Install(context.Background(), provisioner.Request{ID: pyID, Epoch: d.epoch, Generation: gen,
+	if _, err := d.inst.Install(context.Background(), install.Request{ID: pyID, Epoch: d.epoch, Generation: gen,
 		Image: d.refs["python"+string(rune('0'+gen))], UID: 10001, GID: 10001}); err != nil {
 		t.Fatalf("install generation %d: %v", gen, err)
 	}

@@ -16,7 +16,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"brewlet.sh/brewlet/internal/hoststate"
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
@@ -82,7 +82,7 @@ func TestEcosystems(t *testing.T) {
 	refs := buildRuntimes(t, n.Registry, "all")
 	cli := buildCLI(t)
 	host := hoststate.Under(n.HostPrefix)
-	inst := &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
+	inst := &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
 	if err := host.OpenFence(); err != nil {
 		t.Fatal(err)
 	}
@@ -92,9 +92,9 @@ func TestEcosystems(t *testing.T) {
 		t.Run(e.id, func(t *testing.T) {
 			rel, upd := debianVersion(t, e.pkg, "bookworm"), debianVersion(t, e.pkg, "bookworm-security")
 			epoch := fmt.Sprintf("5e0c0f3a-8d7b-4c2e-9a1f-%012d", i+1)
-			install := func(gen int64, ref string) *provisioner.Result {
+			installGen := func(gen int64, ref string) *install.Result {
 				t.Helper()
-				r, err := inst.Install(context.Background(), provisioner.Request{ID: e.id, Epoch: epoch, Generation: gen,
+				r, err := inst.Install(context.Background(), install.Request{ID: e.id, Epoch: epoch, Generation: gen,
 					Image: refs[ref], UID: e.uid, GID: e.uid})
 				if err != nil {
 					t.Fatalf("install %s generation %d: %v", e.id, gen, err)
@@ -106,7 +106,7 @@ func TestEcosystems(t *testing.T) {
 				}
 				return r
 			}
-			r1 := install(1, e.ref1)
+			r1 := installGen(1, e.ref1)
 
 			src := t.TempDir()
 			if out, err := exec.Command(filepath.Join(framework.RepoRoot(t), "examples", "build.sh"), e.app, src).CombinedOutput(); err != nil {
@@ -152,7 +152,7 @@ func TestEcosystems(t *testing.T) {
 			t.Logf("%s generation 1 answers:\n%s", e.id, first)
 			check("generation 1", first, 1, rel)
 
-			r2 := install(2, e.ref2)
+			r2 := installGen(2, e.ref2)
 			changed := changedLayers(r1.Generation.Layers, r2.Generation.Layers)
 			if len(changed) != e.changed || r2.LayersFetched != len(changed) ||
 				r2.LayersReused != len(r2.Generation.Layers)-len(changed) {

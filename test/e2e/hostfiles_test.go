@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/containerd"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
@@ -23,7 +23,7 @@ func TestContainerdConfigKeepsItsMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	healthy := errors.New("the brewlet handler does not answer")
-	cd := &provisioner.Containerd{ConfigPath: cfg, Binary: framework.Tool(t, "containerd"),
+	cd := &containerd.Handler{ConfigPath: cfg, Binary: framework.Tool(t, "containerd"),
 		Restart: func(context.Context) error { return nil },
 		Health:  func(context.Context) error { return healthy }}
 	mode := func() os.FileMode {

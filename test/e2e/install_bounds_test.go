@@ -27,7 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"brewlet.sh/brewlet/internal/hoststate"
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/registry"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
@@ -159,13 +159,13 @@ func TestInstallSkipsHostileMirror(t *testing.T) {
 	if err := os.WriteFile(data, bomb, 0o644); err != nil {
 		t.Fatalf("swap the mirror's blob: %v", err)
 	}
-	limits := provisioner.Limits{MaxBytes: 64 << 20} // the bomb expands to ~900 MiB
-	req := provisioner.Request{ID: "shell", Epoch: "0b7e9a3c-5d1f-4e2a-8b6c-1d2e3f4a5b6c", Generation: 1, Image: ref, UID: 10001, GID: 10001}
+	limits := install.Limits{MaxBytes: 64 << 20} // the bomb expands to ~900 MiB
+	req := install.Request{ID: "shell", Epoch: "0b7e9a3c-5d1f-4e2a-8b6c-1d2e3f4a5b6c", Generation: 1, Image: ref, UID: 10001, GID: 10001}
 
 	t.Run("a blob with the wrong digest is never decompressed", func(t *testing.T) {
 		logs := &logSink{}
 		l := hoststate.Under(t.TempDir())
-		in := &provisioner.Installer{Layout: l, Platform: linuxAMD64, Limits: limits, Log: logs.Logf,
+		in := &install.Installer{Layout: l, Platform: linuxAMD64, Limits: limits, Log: logs.Logf,
 			Mirrors: map[string][]string{origin.Addr: {mirror.Addr}}}
 		res, err := in.Install(context.Background(), req)
 		if err != nil {
@@ -192,7 +192,7 @@ func TestInstallSkipsHostileMirror(t *testing.T) {
 		_, digest, _ := strings.Cut(hostile, "@")
 		logs := &logSink{}
 		l := hoststate.Under(t.TempDir())
-		in := &provisioner.Installer{Layout: l, Platform: linuxAMD64, Limits: limits, Log: logs.Logf,
+		in := &install.Installer{Layout: l, Platform: linuxAMD64, Limits: limits, Log: logs.Logf,
 			Mirrors: map[string][]string{origin.Addr: {mirror.Addr}}}
 		breq := req
 		breq.ID, breq.Image = "bomb", origin.Addr+"/runtimes/bomb@"+digest
@@ -207,7 +207,7 @@ func TestInstallSkipsHostileMirror(t *testing.T) {
 		noTmpLeft(t, l)
 		// The same image from its own registry is refused by the byte cap, well before it
 		// fills the disk.
-		direct := &provisioner.Installer{Layout: l, Platform: linuxAMD64, Limits: limits, Log: logs.Logf}
+		direct := &install.Installer{Layout: l, Platform: linuxAMD64, Limits: limits, Log: logs.Logf}
 		breq.Image = hostile
 		if _, err := direct.Install(context.Background(), breq); vocab.ReasonOf(err) != vocab.ReasonLimitExceeded {
 			t.Fatalf("bomb from its origin: %v; want LimitExceeded", err)
@@ -268,12 +268,12 @@ func TestInstallRegistryStall(t *testing.T) {
 	layers, _ := img.Layers()
 	dg, _ := layers[0].Digest()
 	repoDigest := strings.SplitN(ref, "/", 2)[1]
-	req := provisioner.Request{ID: "shell", Epoch: "0b7e9a3c-5d1f-4e2a-8b6c-1d2e3f4a5b6c", Generation: 1, UID: 10001, GID: 10001}
+	req := install.Request{ID: "shell", Epoch: "0b7e9a3c-5d1f-4e2a-8b6c-1d2e3f4a5b6c", Generation: 1, UID: 10001, GID: 10001}
 	timeouts := registry.Timeouts{Stall: 2 * time.Second}
 
 	t.Run("stall mid-body", func(t *testing.T) {
 		l := hoststate.Under(t.TempDir())
-		in := &provisioner.Installer{Layout: l, Platform: linuxAMD64, Timeouts: timeouts, Deadline: time.Minute, Log: t.Logf}
+		in := &install.Installer{Layout: l, Platform: linuxAMD64, Timeouts: timeouts, Deadline: time.Minute, Log: t.Logf}
 		req := req
 		req.Image = blobStallProxy(t, reg.Addr, dg.String(), 0) + "/" + repoDigest
 		start := time.Now()
@@ -291,7 +291,7 @@ func TestInstallRegistryStall(t *testing.T) {
 
 	t.Run("trickle past the deadline", func(t *testing.T) {
 		l := hoststate.Under(t.TempDir())
-		in := &provisioner.Installer{Layout: l, Platform: linuxAMD64, Timeouts: timeouts, Deadline: 5 * time.Second, Log: t.Logf}
+		in := &install.Installer{Layout: l, Platform: linuxAMD64, Timeouts: timeouts, Deadline: 5 * time.Second, Log: t.Logf}
 		req := req
 		req.Image = blobStallProxy(t, reg.Addr, dg.String(), 200*time.Millisecond) + "/" + repoDigest
 		start := time.Now()
@@ -311,7 +311,7 @@ func TestInstallRegistryStall(t *testing.T) {
 		l := hoststate.Under(t.TempDir())
 		logs := &logSink{}
 		mirror := blobStallProxy(t, reg.Addr, dg.String(), 0)
-		in := &provisioner.Installer{Layout: l, Platform: linuxAMD64, Timeouts: timeouts, Deadline: time.Minute, Log: logs.Logf,
+		in := &install.Installer{Layout: l, Platform: linuxAMD64, Timeouts: timeouts, Deadline: time.Minute, Log: logs.Logf,
 			Mirrors: map[string][]string{reg.Addr: {mirror}}}
 		req := req
 		req.Image = ref
@@ -338,8 +338,8 @@ func TestInstallReverifiesCacheAndCollectsWorkspaces(t *testing.T) {
 	}
 	l := hoststate.Under(t.TempDir())
 	logs := &logSink{}
-	in := &provisioner.Installer{Layout: l, Platform: linuxAMD64, Log: logs.Logf}
-	req := provisioner.Request{ID: "shell", Epoch: "0b7e9a3c-5d1f-4e2a-8b6c-1d2e3f4a5b6c", Generation: 1, Image: ref, UID: 10001, GID: 10001}
+	in := &install.Installer{Layout: l, Platform: linuxAMD64, Log: logs.Logf}
+	req := install.Request{ID: "shell", Epoch: "0b7e9a3c-5d1f-4e2a-8b6c-1d2e3f4a5b6c", Generation: 1, Image: ref, UID: 10001, GID: 10001}
 	r1, err := in.Install(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -409,14 +409,14 @@ func TestInstallConcurrentSharedLayer(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := hoststate.Under(t.TempDir())
-	in := &provisioner.Installer{Layout: l, Platform: linuxAMD64, Log: t.Logf}
+	in := &install.Installer{Layout: l, Platform: linuxAMD64, Log: t.Logf}
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := provisioner.Request{ID: fmt.Sprintf("shell-%d", i), Epoch: "0b7e9a3c-5d1f-4e2a-8b6c-1d2e3f4a5b6c", Generation: 1, Image: ref, UID: 10001, GID: 10001}
+			req := install.Request{ID: fmt.Sprintf("shell-%d", i), Epoch: "0b7e9a3c-5d1f-4e2a-8b6c-1d2e3f4a5b6c", Generation: 1, Image: ref, UID: 10001, GID: 10001}
 			_, errs[i] = in.Install(context.Background(), req)
 		}()
 	}

@@ -14,7 +14,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"brewlet.sh/brewlet/internal/hoststate"
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/gc"
+	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/firsthour"
 	"brewlet.sh/brewlet/test/framework"
@@ -40,10 +41,10 @@ func TestInstallGenerations(t *testing.T) {
 	reg := framework.StartRegistry(t)
 	refs := buildRuntimes(t, reg.Addr, "python")
 	l := hoststate.Under(t.TempDir())
-	in := &provisioner.Installer{Layout: l, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
+	in := &install.Installer{Layout: l, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
 	ctx := context.Background()
-	req := func(gen int64, image string) provisioner.Request {
-		return provisioner.Request{ID: "python-3.11", Epoch: "6f1c0d8e-7a8b-4c1d-9e2f-000000000001", Generation: gen,
+	req := func(gen int64, image string) install.Request {
+		return install.Request{ID: "python-3.11", Epoch: "6f1c0d8e-7a8b-4c1d-9e2f-000000000001", Generation: gen,
 			Image: image, UID: 10001, GID: 10001}
 	}
 	r1, err := in.Install(ctx, req(1, refs["python1"]))
@@ -95,16 +96,16 @@ func TestInstallGenerations(t *testing.T) {
 		l2 := hoststate.Under(t.TempDir())
 		origin := "127.0.0.1:1"
 		image := origin + "/" + strings.SplitN(refs["python1"], "/", 2)[1]
-		viaMirror := &provisioner.Installer{Layout: l2, Platform: in.Platform, Mirrors: map[string][]string{origin: {"127.0.0.1:2", reg.Addr}}}
+		viaMirror := &install.Installer{Layout: l2, Platform: in.Platform, Mirrors: map[string][]string{origin: {"127.0.0.1:2", reg.Addr}}}
 		if _, err := viaMirror.Install(ctx, req(1, image)); err != nil {
 			t.Fatalf("install through a mirror: %v", err)
 		}
-		noMirror := &provisioner.Installer{Layout: hoststate.Under(t.TempDir()), Platform: in.Platform}
+		noMirror := &install.Installer{Layout: hoststate.Under(t.TempDir()), Platform: in.Platform}
 		if _, err := noMirror.Install(ctx, req(1, image)); vocab.ReasonOf(err) != vocab.ReasonRuntimeImagePullFailed {
 			t.Fatalf("origin down and no mirror: %v", err)
 		}
 		// A mirror that is down falls back to the origin.
-		fallback := &provisioner.Installer{Layout: hoststate.Under(t.TempDir()), Platform: in.Platform,
+		fallback := &install.Installer{Layout: hoststate.Under(t.TempDir()), Platform: in.Platform,
 			Mirrors: map[string][]string{reg.Addr: {"127.0.0.1:1"}}}
 		if _, err := fallback.Install(ctx, req(1, refs["python1"])); err != nil {
 			t.Fatalf("fallback to the origin: %v", err)
@@ -112,26 +113,26 @@ func TestInstallGenerations(t *testing.T) {
 	})
 
 	t.Run("garbage collection keeps what is leased, current or within grace", func(t *testing.T) {
-		gc := &provisioner.Collector{Layout: l, Grace: time.Hour, MountInfo: "/proc/self/mountinfo"}
-		if got, err := gc.Collect(); err != nil || len(got.Generations)+len(got.Layers) != 0 {
+		collector := &gc.Collector{Layout: l, Grace: time.Hour, MountInfo: "/proc/self/mountinfo"}
+		if got, err := collector.Collect(); err != nil || len(got.Generations)+len(got.Layers) != 0 {
 			t.Fatalf("within grace: removed %+v (%v)", got, err)
 		}
-		gc.Grace = 0
-		if got, err := gc.Collect(); err != nil || len(got.Generations)+len(got.Layers) != 0 {
+		collector.Grace = 0
+		if got, err := collector.Collect(); err != nil || len(got.Generations)+len(got.Layers) != 0 {
 			t.Fatalf("leased generation 1: removed %+v (%v)", got, err)
 		}
 		bad := filepath.Join(l.State, "leases", "garbled.json")
 		if err := os.WriteFile(bad, []byte("{"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := gc.Collect(); err == nil || len(got.Generations)+len(got.Layers) != 0 {
+		if got, err := collector.Collect(); err == nil || len(got.Generations)+len(got.Layers) != 0 {
 			t.Fatalf("an unreadable lease must keep everything: %+v %v", got, err)
 		}
 		_ = os.Remove(bad)
 		if err := l.ReleaseLease("c-on-gen1"); err != nil {
 			t.Fatal(err)
 		}
-		got, err := gc.Collect()
+		got, err := collector.Collect()
 		own := changedLayers(r2.Generation.Layers, r1.Generation.Layers) // generation 1's own layers
 		if err != nil || len(got.Generations) != 1 || !sameSet(got.Layers, own) {
 			t.Fatalf("after release: removed %+v (%v); want generation 1 and its own layers %v", got, err, own)
@@ -162,27 +163,27 @@ func TestInstallGenerations(t *testing.T) {
 		if vocab.ReasonOf(err) != vocab.ReasonInvalidImageReference {
 			t.Fatalf("tag next to digest: %v", err)
 		}
-		arm := &provisioner.Installer{Layout: l, Platform: v1.Platform{OS: "linux", Architecture: "arm64"}}
+		arm := &install.Installer{Layout: l, Platform: v1.Platform{OS: "linux", Architecture: "arm64"}}
 		if _, err := arm.Install(ctx, req(3, refs["python2"])); vocab.ReasonOf(err) != vocab.ReasonPlatformUnavailable {
 			t.Fatalf("wrong platform: %v", err)
 		}
 	})
 
 	t.Run("a revoked runtime is removed from the node once unused", func(t *testing.T) {
-		gc := &provisioner.Collector{Layout: l, MountInfo: "/proc/self/mountinfo"}
+		collector := &gc.Collector{Layout: l, MountInfo: "/proc/self/mountinfo"}
 		if _, err := l.LeaseCurrent(hoststate.Lease{ContainerID: "still-running", ID: "python-3.11"}); err != nil {
 			t.Fatal(err)
 		}
 		if err := l.WriteAuthorization(hoststate.Authorization{ID: "python-3.11", Revoked: true, Reason: "RuntimeImage deleted"}); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := gc.Collect(); err != nil || len(got.Generations) != 0 {
+		if got, err := collector.Collect(); err != nil || len(got.Generations) != 0 {
 			t.Fatalf("a revoked but leased generation was removed: %+v %v", got, err)
 		}
 		if err := l.ReleaseLease("still-running"); err != nil {
 			t.Fatal(err)
 		}
-		got, err := gc.Collect()
+		got, err := collector.Collect()
 		if err != nil || len(got.Generations) != 1 || len(got.Layers) != len(r2.Generation.Layers) {
 			t.Fatalf("revoked and unused: removed %+v (%v); want generation 2 and all its layers", got, err)
 		}
@@ -266,13 +267,13 @@ func TestInstallWithRegistryCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatalf("push with credentials: %v", err)
 	}
-	req := provisioner.Request{ID: "private", Epoch: "7a6b5c4d-3e2f-4a1b-8c9d-0e1f2a3b4c5d", Generation: 1, Image: ref, UID: 10001, GID: 10001}
+	req := install.Request{ID: "private", Epoch: "7a6b5c4d-3e2f-4a1b-8c9d-0e1f2a3b4c5d", Generation: 1, Image: ref, UID: 10001, GID: 10001}
 	platform := v1.Platform{OS: "linux", Architecture: "amd64"}
 
 	home := t.TempDir()
 	t.Setenv("HOME", home) // no ~/.docker/config.json of the machine's own
 	t.Setenv("DOCKER_CONFIG", t.TempDir())
-	in := &provisioner.Installer{Layout: hoststate.Under(t.TempDir()), Platform: platform}
+	in := &install.Installer{Layout: hoststate.Under(t.TempDir()), Platform: platform}
 	if _, err := in.Install(context.Background(), req); vocab.ReasonOf(err) != vocab.ReasonRuntimeImagePullFailed {
 		t.Fatalf("install without credentials: %v", err)
 	}

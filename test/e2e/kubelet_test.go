@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"brewlet.sh/brewlet/internal/hoststate"
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
@@ -102,8 +102,8 @@ func TestKubeletRunsPods(t *testing.T) {
 	t.Run("brewlet pod runs the app on the node's CPython runtime", func(t *testing.T) {
 		host := hoststate.Under(kn.HostPrefix)
 		refs := buildRuntimes(t, kn.Registry, "python")
-		inst := &provisioner.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
-		if _, err := inst.Install(ctx, provisioner.Request{ID: pyID, Epoch: "7d2e4c1a-5b3f-4e6d-8a9b-0c1d2e3f4a5b", Generation: 1,
+		inst := &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
+		if _, err := inst.Install(ctx, install.Request{ID: pyID, Epoch: "7d2e4c1a-5b3f-4e6d-8a9b-0c1d2e3f4a5b", Generation: 1,
 			Image: refs["python1"], UID: 10001, GID: 10001}); err != nil {
 			t.Fatalf("install runtime: %v", err)
 		}

@@ -19,7 +19,7 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/nodepool"
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/agent"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
@@ -143,10 +143,10 @@ func testProfilePools(t *testing.T, c client.Client) {
 	}
 	// The agent takes its containerd mode from this spec, not from its flag (the flag is
 	// only the default for a node no operator wrote to).
-	if m := provisioner.ModeOf(nrtSpec(t, c, "gen-1"), vocab.ContainerdRestartValidated); m != vocab.ContainerdRestartNone {
+	if m := agent.ModeOf(nrtSpec(t, c, "gen-1"), vocab.ContainerdRestartValidated); m != vocab.ContainerdRestartNone {
 		t.Fatalf("agent containerd mode %q, want none from the NodeRuntime spec", m)
 	}
-	if m := provisioner.ModeOf(nrtSpec(t, c, "other-1"), vocab.ContainerdRestartValidated); m != vocab.ContainerdRestartValidated {
+	if m := agent.ModeOf(nrtSpec(t, c, "other-1"), vocab.ContainerdRestartValidated); m != vocab.ContainerdRestartValidated {
 		t.Fatalf("agent containerd mode %q on a node without spec, want the flag's validated", m)
 	}
 	for _, n := range []string{"cp-1", "batch-1", "other-1"} {

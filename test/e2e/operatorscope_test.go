@@ -23,20 +23,14 @@ import (
 func chartOperatorAttacks(t *testing.T, cp *framework.ControlPlane) {
 	ctx, c := context.Background(), cp.Client
 	op := client.NewDryRunClient(saClient(t, cp.Config, chartNS, "brewlet-operator", nil))
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	const scope = "brewlet-operator-scope"
 	ri := runtimeImage("attack-target", "registry.example/runtimes/python@"+goodDigest)
 	if err := c.Create(ctx, ri); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	must(c.Get(ctx, client.ObjectKeyFromObject(ri), ri))
+	must(t, c.Get(ctx, client.ObjectKeyFromObject(ri), ri))
 	kata := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "kata"}, Handler: "kata"}
-	must(c.Create(ctx, kata))
+	must(t, c.Create(ctx, kata))
 
 	edit := func(mut func(*brewletv1.RuntimeImage)) error {
 		var got brewletv1.RuntimeImage
@@ -57,7 +51,7 @@ func chartOperatorAttacks(t *testing.T, cp *framework.ControlPlane) {
 		t.Errorf("the operator adding its finalizer: %v", err)
 	}
 	var np brewletv1.NodeProfileList
-	must(c.List(ctx, &np))
+	must(t, c.List(ctx, &np))
 	if len(np.Items) > 0 {
 		p := np.Items[0].DeepCopy()
 		p.Spec.NodePool.Names = append(p.Spec.NodePool.Names, "every-other-pool")
@@ -69,7 +63,7 @@ func chartOperatorAttacks(t *testing.T, cp *framework.ControlPlane) {
 
 	// Its webhook configuration: the caBundle, nothing else.
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	must(op.Get(ctx, client.ObjectKey{Name: admission.ConfigurationName}, mwc))
+	must(t, op.Get(ctx, client.ObjectKey{Name: admission.ConfigurationName}, mwc))
 	caOnly := mwc.DeepCopy()
 	caOnly.Webhooks[0].ClientConfig.CABundle = []byte("-----BEGIN CERTIFICATE-----\nrotated\n-----END CERTIFICATE-----\n")
 	if err := op.Update(ctx, caOnly); err != nil {
@@ -102,7 +96,7 @@ func chartOperatorAttacks(t *testing.T, cp *framework.ControlPlane) {
 	expectDenied(t, op.Create(ctx, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "brewlet-alias"}, Handler: "brewlet"}), "only the RuntimeClass brewlet")
 	expectDenied(t, op.Create(ctx, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "gvisor"}, Handler: "runc"}), "only the RuntimeClass brewlet")
 	var k nodev1.RuntimeClass
-	must(op.Get(ctx, client.ObjectKeyFromObject(kata), &k))
+	must(t, op.Get(ctx, client.ObjectKeyFromObject(kata), &k))
 	k.Labels = map[string]string{"x": "y"}
 	if err := op.Update(ctx, &k); !apierrors.IsForbidden(err) {
 		t.Errorf("the operator updating RuntimeClass kata: %v, want forbidden by RBAC", err)

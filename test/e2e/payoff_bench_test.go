@@ -33,7 +33,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"brewlet.sh/brewlet/internal/hoststate"
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
@@ -93,7 +93,7 @@ func newPayoff(t *testing.T) *payoff {
 		snapDir:    filepath.Join(n.Dir, "root", "io.containerd.snapshotter.v1.overlayfs")}
 	d := &dataPath{n: n, host: hoststate.Under(n.HostPrefix), epoch: "5b0d1c2e-3f4a-4b5c-8d6e-7f8091a2b3c4"}
 	d.refs = buildRuntimes(t, n.Registry, "python")
-	d.inst = &provisioner.Installer{Layout: d.host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"},
+	d.inst = &install.Installer{Layout: d.host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"},
 		Remote: []remote.Option{remote.WithTransport(p.installed)}}
 	d.cli = buildCLI(t)
 	p.d = d

@@ -311,7 +311,7 @@ func TestOperatorRestartPolicy(t *testing.T) {
 		if err := op.List(ctx, &corev1.PodList{}, client.InNamespace("ns-b")); !apierrors.IsForbidden(err) {
 			t.Errorf("the operator listing pods in ns-b: %v, want forbidden", err)
 		}
-		asOp := "--as=system:serviceaccount:" + chartNS + ":brewlet-operator"
+		asOp := "system:serviceaccount:" + chartNS + ":brewlet-operator"
 		for _, q := range []struct {
 			args []string
 			want string
@@ -322,9 +322,7 @@ func TestOperatorRestartPolicy(t *testing.T) {
 			{[]string{"patch", "daemonsets.apps", "-n", "ns-a"}, "yes"},
 			{[]string{"watch", "pods", "-n", "ns-a"}, "yes"},
 		} {
-			out, _ := cp.Kubectl(t, append([]string{"auth", "can-i", asOp}, q.args...)...)
-			lines := strings.Split(strings.TrimSpace(out), "\n")
-			if got := strings.TrimSpace(lines[len(lines)-1]); got != q.want {
+			if got := cp.CanI(t, asOp, q.args...); got != q.want {
 				t.Errorf("operator can-i %v: %q, want %q", q.args, got, q.want)
 			}
 		}

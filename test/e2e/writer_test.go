@@ -17,7 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"brewlet.sh/brewlet/internal/hoststate"
-	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/provisioner/gc"
+	"brewlet.sh/brewlet/internal/provisioner/writer"
 	"brewlet.sh/brewlet/test/framework"
 )
 
@@ -35,7 +36,7 @@ func TestWriterLeaseOneAgentAtATime(t *testing.T) {
 	var writers, maxWriters atomic.Int32
 	var leaders sync.Map
 	agent := func(ctx context.Context, name string) {
-		_ = provisioner.WriterLease{Client: cs, Namespace: "brewlet-system", NodeName: "n1", Identity: name, Duration: 10 * time.Second}.
+		_ = writer.Lease{Client: cs, Namespace: "brewlet-system", NodeName: "n1", Identity: name, Duration: 10 * time.Second}.
 			Run(ctx, func(ctx context.Context, isWriter func() bool) {
 				leaders.Store(name, true)
 				for ctx.Err() == nil {
@@ -115,7 +116,7 @@ func TestWriterLeaseFlipDuringGC(t *testing.T) {
 	firstBy := map[string]time.Time{}
 	var leads []string // "+name" when a lead starts, "-name" when it returned
 	agent := func(ctx context.Context, name string) {
-		gc := &provisioner.Collector{Layout: host, MountInfo: "/proc/self/mountinfo", Remove: func(p string) error {
+		collector := &gc.Collector{Layout: host, MountInfo: "/proc/self/mountinfo", Remove: func(p string) error {
 			mu.Lock()
 			removing++
 			maxRemoving = max(maxRemoving, removing)
@@ -132,13 +133,13 @@ func TestWriterLeaseFlipDuringGC(t *testing.T) {
 			mu.Unlock()
 			return err
 		}}
-		_ = provisioner.WriterLease{Client: cs, Namespace: "brewlet-system", NodeName: "n1", Identity: name, Duration: 5 * time.Second}.
+		_ = writer.Lease{Client: cs, Namespace: "brewlet-system", NodeName: "n1", Identity: name, Duration: 5 * time.Second}.
 			Run(ctx, func(ctx context.Context, isWriter func() bool) {
 				mu.Lock()
 				leads = append(leads, "+"+name)
 				mu.Unlock()
 				for ctx.Err() == nil {
-					_, _ = gc.Sweep(ctx, isWriter)
+					_, _ = collector.Sweep(ctx, isWriter)
 					time.Sleep(20 * time.Millisecond)
 				}
 				mu.Lock()
@@ -162,7 +163,7 @@ func TestWriterLeaseFlipDuringGC(t *testing.T) {
 	go func() { defer wg.Done(); agent(ctxNew, "agent-new") }()
 
 	// The flip: the lease now names the new agent (as after an expiry and a takeover).
-	lease, err := cs.CoordinationV1().Leases("brewlet-system").Get(ctx, provisioner.LeaseName("n1"), metav1.GetOptions{})
+	lease, err := cs.CoordinationV1().Leases("brewlet-system").Get(ctx, writer.LeaseName("n1"), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

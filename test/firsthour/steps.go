@@ -118,13 +118,11 @@ func (f *Flow) containerdMode() vocab.ContainerdRestart {
 // Helm runs the pinned helm against the cluster with its state below the cluster's directory.
 func (f *Flow) Helm(ctx context.Context, args ...string) (string, error) {
 	home := filepath.Join(f.C.WorkDir(), "helm")
-	cmd := exec.CommandContext(ctx, framework.Tool(f.T, "helm"), append(args, "--kubeconfig", f.C.Kubeconfig)...)
+	cmd := framework.HelmCommand(ctx, f.T, home, f.C.Kubeconfig, args...)
 	// Interrupted, helm marks the release failed instead of leaving it pending, which would
 	// block every later upgrade.
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 30 * time.Second
-	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+filepath.Join(home, "config"),
-		"HELM_CACHE_HOME="+filepath.Join(home, "cache"), "HELM_DATA_HOME="+filepath.Join(home, "data"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("helm %s: %w\n%s", args[0], err, out)

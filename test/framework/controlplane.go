@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -248,6 +249,16 @@ func (cp *ControlPlane) Kubectl(t TB, args ...string) (string, error) {
 	cmd := exec.Command(Tool(t, "kubectl"), append([]string{"--kubeconfig=" + cp.Kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// CanI is kubectl auth can-i args as user, as the API server's authorizer answers it: "yes"
+// or "no". The answer is the last line (kubectl warns about cluster-scoped resources
+// first), and kubectl's exit status, non-zero for "no", is no error.
+func (cp *ControlPlane) CanI(t TB, user string, args ...string) string {
+	t.Helper()
+	out, _ := cp.Kubectl(t, append([]string{"auth", "can-i", "--as=" + user}, args...)...)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 func writeKubeconfig(path string, c *rest.Config) error {

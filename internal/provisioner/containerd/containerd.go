@@ -1,0 +1,282 @@
+package containerd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+
+	"brewlet.sh/brewlet/internal/hoststate"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// criRuntimePlugin is the containerd 2.x (config version 3) CRI runtime plugin table.
+const criRuntimePlugin = "io.containerd.cri.v1.runtime"
+
+// dropInName is the file the provisioner owns in containerd's imports directory.
+const dropInName = "99-brewlet.toml"
+
+// Handler registers the brewlet handler with a node's containerd: through a drop-in
+// file where the main config imports a directory, otherwise by rewriting the main config
+// with a TOML library (never by text editing). Every candidate is checked with containerd's
+// own parser (`containerd config dump`), containerd is restarted only when the effective
+// config changed, the handler is health-checked, and any failure rolls back.
+type Handler struct {
+	ConfigPath string                          // containerd's main config
+	Binary     string                          // containerd, for `config dump`
+	Host       HostExec                        // where Binary runs (the node's root in a pod)
+	Restart    func(ctx context.Context) error // systemd in production, a hook in tests
+	Health     func(ctx context.Context) error // the brewlet handler answers through CRI
+}
+
+// Change reports what Ensure or Remove did.
+type Change struct {
+	File      string // the file written or removed
+	Restarted bool
+}
+
+// Ensure registers the handler. It is idempotent: an unchanged effective config restarts
+// nothing.
+func (c *Handler) Ensure(ctx context.Context) (Change, error) {
+	main, err := c.readMain()
+	if err != nil {
+		return Change{}, err
+	}
+	handler := handlerTable(main)
+	if dir := importsDir(main); dir != "" {
+		body, err := toml.Marshal(map[string]any{"version": 3, "plugins": map[string]any{criRuntimePlugin: map[string]any{
+			"containerd": map[string]any{"runtimes": map[string]any{vocab.RuntimeClassName: handler}}}}})
+		if err != nil {
+			return Change{}, err
+		}
+		return c.apply(ctx, filepath.Join(dir, dropInName), body, true)
+	}
+	runtimes, err := runtimesTable(main, true)
+	if err != nil {
+		return Change{}, err
+	}
+	runtimes[vocab.RuntimeClassName] = handler
+	body, err := toml.Marshal(main)
+	if err != nil {
+		return Change{}, err
+	}
+	return c.apply(ctx, c.ConfigPath, body, true)
+}
+
+// Remove reverses Ensure (cleanup and uninstall).
+func (c *Handler) Remove(ctx context.Context) (Change, error) {
+	main, err := c.readMain()
+	if err != nil {
+		return Change{}, err
+	}
+	if dir := importsDir(main); dir != "" {
+		return c.apply(ctx, filepath.Join(dir, dropInName), nil, false)
+	}
+	runtimes, err := runtimesTable(main, false)
+	if err != nil || runtimes == nil {
+		return Change{}, err
+	}
+	if _, ok := runtimes[vocab.RuntimeClassName]; !ok {
+		return Change{}, nil
+	}
+	delete(runtimes, vocab.RuntimeClassName)
+	body, err := toml.Marshal(main)
+	if err != nil {
+		return Change{}, err
+	}
+	return c.apply(ctx, c.ConfigPath, body, false)
+}
+
+// Target is the file Ensure writes: the drop-in where the main config imports a
+// directory, else the main config itself.
+func (c *Handler) Target() (string, error) {
+	main, err := c.readMain()
+	if err != nil {
+		return "", err
+	}
+	if dir := importsDir(main); dir != "" {
+		return filepath.Join(dir, dropInName), nil
+	}
+	return c.ConfigPath, nil
+}
+
+// Restore puts path back to body, byte for byte (existed false: removes it), with the
+// same validation, restart-on-change and rollback as Ensure. Cleanup uses it to leave
+// containerd's config exactly as it was before Brewlet.
+func (c *Handler) Restore(ctx context.Context, path string, body []byte, existed bool) (Change, error) {
+	if !existed {
+		body = nil
+	} else if body == nil {
+		body = []byte{}
+	}
+	return c.apply(ctx, path, body, bytes.Contains(body, []byte(vocab.ShimRuntimeType)))
+}
+
+func (c *Handler) readMain() (map[string]any, error) {
+	b, err := os.ReadFile(c.ConfigPath)
+	if err != nil {
+		return nil, err
+	}
+	var cfg map[string]any
+	if err := toml.Unmarshal(b, &cfg); err != nil {
+		return nil, configErr("%s is not valid TOML: %v", c.ConfigPath, err)
+	}
+	if v, _ := cfg["version"].(int64); v != 3 {
+		return nil, configErr("%s has config version %v; Brewlet edits version 3 configs (containerd 2.x): run 'containerd config migrate' first, or use containerdRestart: none with the handler preinstalled", c.ConfigPath, cfg["version"])
+	}
+	return cfg, nil
+}
+
+func configErr(format string, args ...any) error {
+	return vocab.Errorf(vocab.ReasonContainerdConfigFailed, format, args...)
+}
+
+// importsDir returns the directory of a "<dir>/*.toml" import of the main config.
+func importsDir(cfg map[string]any) string {
+	imports, _ := cfg["imports"].([]any)
+	for _, i := range imports {
+		s, _ := i.(string)
+		if strings.HasSuffix(s, "/*.toml") {
+			return strings.TrimSuffix(s, "/*.toml")
+		}
+	}
+	return ""
+}
+
+// runtimesTable digs out plugins.<cri runtime>.containerd.runtimes, creating it if asked.
+func runtimesTable(cfg map[string]any, create bool) (map[string]any, error) {
+	cur := cfg
+	for _, k := range []string{"plugins", criRuntimePlugin, "containerd", "runtimes"} {
+		next, ok := cur[k]
+		if !ok {
+			if !create {
+				return nil, nil
+			}
+			next = map[string]any{}
+			cur[k] = next
+		}
+		m, ok := next.(map[string]any)
+		if !ok {
+			return nil, configErr("containerd config key %s is not a table", k)
+		}
+		cur = m
+	}
+	return cur, nil
+}
+
+// handlerTable is the brewlet handler: the shim's runtime type, Brewlet's pod annotations,
+// and the runc handler's options (binary, root, cgroup driver) so both run alike.
+func handlerTable(cfg map[string]any) map[string]any {
+	h := map[string]any{
+		"runtime_type":    vocab.ShimRuntimeType,
+		"pod_annotations": []string{vocab.PodAnnotationPassthrough},
+	}
+	if runtimes, _ := runtimesTable(cfg, false); runtimes != nil {
+		if runc, ok := runtimes["runc"].(map[string]any); ok {
+			if opts, ok := runc["options"].(map[string]any); ok {
+				h["options"] = opts
+			}
+		}
+	}
+	return h
+}
+
+// apply makes path hold body (nil removes it) so that the handler is registered or not
+// (want): validate, write, restart if the effective config changed, health-check, and roll
+// back on any failure.
+func (c *Handler) apply(ctx context.Context, path string, body []byte, want bool) (Change, error) {
+	old, err := os.ReadFile(path)
+	existed := err == nil
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return Change{}, err
+	}
+	if (body == nil && !existed) || (existed && bytes.Equal(old, body)) {
+		return Change{File: path}, nil
+	}
+	before, err := c.dump(ctx)
+	if err != nil {
+		return Change{}, configErr("containerd rejects its current config %s, so Brewlet changes nothing: %v", c.ConfigPath, err)
+	}
+	// The file keeps the mode and owner it had (ReplaceFile): a config an administrator
+	// made 0600 stays 0600, before and after a rollback.
+	restore := func() error {
+		if existed {
+			return hoststate.ReplaceFile(path, old, 0o644)
+		}
+		return os.Remove(path)
+	}
+	if body == nil {
+		err = os.Remove(path)
+	} else {
+		err = hoststate.ReplaceFile(path, body, 0o644)
+	}
+	if err != nil {
+		return Change{}, err
+	}
+	after, err := c.dump(ctx)
+	if err == nil && want != strings.Contains(after, vocab.ShimRuntimeType) {
+		err = fmt.Errorf("the effective config does not match the change (brewlet handler wanted: %v)", want)
+	}
+	if err != nil {
+		rerr := restore()
+		return Change{}, configErr("containerd's own parser did not accept the change to %s (%v); restored it%s", path, err, suffix(rerr))
+	}
+	ch := Change{File: path}
+	if after == before {
+		return ch, nil
+	}
+	if err := c.Restart(ctx); err != nil {
+		return ch, c.rollback(ctx, restore, fmt.Errorf("restart containerd: %w", err))
+	}
+	ch.Restarted = true
+	if want {
+		if err := c.Health(ctx); err != nil {
+			return ch, c.rollback(ctx, restore, fmt.Errorf("health check of the brewlet handler: %w", err))
+		}
+	}
+	return ch, nil
+}
+
+func (c *Handler) rollback(ctx context.Context, restore func() error, cause error) error {
+	rerr := restore()
+	if rerr == nil {
+		rerr = c.Restart(ctx)
+	}
+	return vocab.Wrap(vocab.ReasonContainerdConfigFailed, cause, "containerd configuration rolled back%s", suffix(rerr))
+}
+
+func suffix(err error) string {
+	if err != nil {
+		return fmt.Sprintf(" (and the rollback failed: %v; fix containerd by hand)", err)
+	}
+	return ""
+}
+
+// dump runs containerd's own config loader, which applies imports, migration and
+// defaults: what the daemon would run with.
+func (c *Handler) dump(ctx context.Context) (string, error) {
+	cmd, err := c.Host.Command(ctx, c.Binary, "--config", c.ConfigPath, "config", "dump")
+	if err != nil {
+		return "", err
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%v: %s", err, strings.TrimSpace(lastLines(stderr.String(), 3)))
+	}
+	return stdout.String(), nil
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}

@@ -1,0 +1,58 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"brewlet.sh/brewlet/internal/hoststate"
+)
+
+func TestMetrics(t *testing.T) {
+	l := hoststate.Under(t.TempDir())
+	for gen := int64(1); gen <= 2; gen++ {
+		if err := l.WriteGeneration(hoststate.Generation{ID: "py", Epoch: "e1", Generation: gen, Digest: "sha256:d" + string(rune('0'+gen)), Layers: []string{"sha256:aa"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.SetCurrent("py", hoststate.Ref{Epoch: "e1", Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.LeaseCurrent(hoststate.Lease{ContainerID: "c1", ID: "py", PodNamespace: "shop", PodName: "api-1", ContainerName: "api"}); err != nil {
+		t.Fatal(err)
+	}
+	l.CountLaunch("started", "")
+	l.CountLaunch("refused", "RuntimeImageRevoked")
+	l.CountLaunch("refused", "RuntimeImageRevoked")
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(l, reg)
+	m.ObserveInstall("py", "success", 2*time.Second)
+	m.ObserveInstall("py", "refused", time.Second)
+	want := `
+# HELP brewlet_container_runtime_image_info One series per running container: the runtime generation it started on.
+# TYPE brewlet_container_runtime_image_info gauge
+brewlet_container_runtime_image_info{container="api",digest="sha256:d1",epoch="e1",generation="1",id="py",namespace="shop",pod="api-1"} 1
+# HELP brewlet_runtime_image_generations Installed generations on this node by runtime ID and state (current, retained).
+# TYPE brewlet_runtime_image_generations gauge
+brewlet_runtime_image_generations{id="py",state="current"} 1
+brewlet_runtime_image_generations{id="py",state="retained"} 1
+# HELP brewlet_runtime_image_install_requests_total Runtime generation installs on this node, by runtime ID and outcome (success, refused, failed).
+# TYPE brewlet_runtime_image_install_requests_total counter
+brewlet_runtime_image_install_requests_total{id="py",outcome="refused"} 1
+brewlet_runtime_image_install_requests_total{id="py",outcome="success"} 1
+# HELP brewlet_shim_launches_total Container starts through the brewlet shim by outcome and reason.
+# TYPE brewlet_shim_launches_total counter
+brewlet_shim_launches_total{outcome="refused",reason="RuntimeImageRevoked"} 2
+brewlet_shim_launches_total{outcome="started",reason="none"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "brewlet_container_runtime_image_info",
+		"brewlet_runtime_image_generations", "brewlet_runtime_image_install_requests_total", "brewlet_shim_launches_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(reg, "brewlet_runtime_image_install_duration_seconds"); n != 1 {
+		t.Fatalf("install duration series: %d", n)
+	}
+}

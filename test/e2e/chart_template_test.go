@@ -1,0 +1,226 @@
+package e2e
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	"brewlet.sh/brewlet/internal/admission"
+	"brewlet.sh/brewlet/test/framework"
+)
+
+// TestChartTemplate renders every value combination that changes a template. Each subtest
+// is a function so that a behaviour's renders can live in its own file (chart_values,
+// chart_restarts); the order here is the order they run in.
+func TestChartTemplate(t *testing.T) {
+	framework.Tool(t, "helm")
+	t.Run("defaults with pools", chartTemplateDefaults)
+	t.Run("apiServer endpoint", chartTemplateAPIServer)
+	t.Run("provisioner hostNetwork", chartTemplateHostNetwork)
+	t.Run("metrics enabled", chartTemplateMetrics)
+	t.Run("admission disabled", chartTemplateNoAdmission)
+	t.Run("digest wins over tag", chartTemplateDigest)
+	t.Run("includeControlPlane and two pools", chartTemplatePlacement)
+	t.Run("containerd socket next to its config: one mount", chartTemplateSharedContainerdDir)
+	t.Run("node settings", chartTemplateNodeSettings)
+	t.Run("operator settings", chartTemplateOperatorSettings)
+	t.Run("no pools is refused", chartTemplateNoPools)
+	t.Run("provisioner disabled renders no node agent", chartTemplateNoProvisioner)
+	t.Run("rotation restarts off: no rights on workloads, no restarts policy", chartRestartsOff)
+	t.Run("rotation restarts in every namespace: a ClusterRole and the policy", chartRestartsEveryNamespace)
+	t.Run("rotation restarts in namespaces: a Role in each, nothing cluster-wide", chartRestartsInNamespaces)
+	t.Run("rotation restarts and the admission policy API", chartRestartsPolicyAPI)
+	t.Run("schema refuses invalid values", chartTemplateSchema)
+}
+
+func chartTemplateDefaults(t *testing.T) {
+	rc := chartMustRender(t, chartNS, chartPools()...)
+	dep, ds := chartCheckCommon(t, rc, chartNS)
+	oc, pc := dep.Spec.Template.Spec.Containers[0], ds.Spec.Template.Spec.Containers[0]
+	if oc.Image != "ghcr.io/brewlet-sh/brewlet-operator:0.1.0" || pc.Image != "ghcr.io/brewlet-sh/brewlet-provisioner:0.1.0" {
+		t.Errorf("images %q %q: want the appVersion tag", oc.Image, pc.Image)
+	}
+	// Metrics are opt-in.
+	chartWantArg(t, oc, "--metrics-address", "0")
+	chartNoArg(t, pc, "--metrics-address")
+	if rc.has("Service", "brewlet-operator-metrics") || rc.has("Service", "brewlet-provisioner-metrics") {
+		t.Errorf("metrics Services chartObject with metrics.enabled=false")
+	}
+	// Pod admission is on: the same webhook the operator's code describes.
+	chartWantArg(t, oc, "--webhook-port", "9443")
+	chartWantArg(t, oc, "--webhook-cert-dir", "/var/run/brewlet/webhook-certs")
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	rc.decode(t, "MutatingWebhookConfiguration", admission.ConfigurationName, mwc)
+	want := admission.Configuration(admission.ClientConfig{ServiceNamespace: chartNS, ServiceName: admission.ServiceName, ServicePort: 443})
+	if !equality.Semantic.DeepEqual(mwc.Webhooks, want.Webhooks) {
+		t.Errorf("chart webhook differs from admission.Configuration:\n got %+v\nwant %+v", mwc.Webhooks, want.Webhooks)
+	}
+	svc := &corev1.Service{}
+	rc.decode(t, "Service", admission.ServiceName, svc)
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].TargetPort.String() != "webhook" ||
+		!reflect.DeepEqual(svc.Spec.Selector, dep.Spec.Selector.MatchLabels) {
+		t.Errorf("webhook Service %+v does not route 443 to the operator's webhook port", svc.Spec)
+	}
+	if !slices.ContainsFunc(oc.Ports, func(p corev1.ContainerPort) bool { return p.Name == "webhook" && p.ContainerPort == 9443 }) {
+		t.Errorf("operator has no webhook port 9443: %+v", oc.Ports)
+	}
+	op, role := &rbacv1.ClusterRole{}, &rbacv1.Role{}
+	rc.decode(t, "ClusterRole", "brewlet-operator", op)
+	rc.decode(t, "Role", "brewlet-operator", role)
+	if v, names := chartRule(op.Rules, "admissionregistration.k8s.io", "mutatingwebhookconfigurations"); !slices.Equal(v, []string{"get", "patch", "update"}) ||
+		!slices.Equal(names, []string{admission.ConfigurationName}) {
+		t.Errorf("operator on its webhook configuration: verbs %v names %v", v, names)
+	}
+	if v, names := chartRule(role.Rules, "", "secrets"); !slices.Equal(v, []string{"create", "get", "patch", "update"}) ||
+		!slices.Equal(names, []string{admission.SecretName}) {
+		t.Errorf("operator on secrets: verbs %v names %v", v, names)
+	}
+	// Placed on the pools only, never on control-plane nodes.
+	aff := ds.Spec.Template.Spec.Affinity
+	if aff == nil || aff.NodeAffinity == nil || aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		t.Fatalf("provisioner without required node affinity: %+v", aff)
+	}
+	wantTerms := []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+		{Key: "pool.example/name", Operator: corev1.NodeSelectorOpIn, Values: []string{"general", "batch"}},
+		{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.NodeSelectorOpDoesNotExist},
+	}}, {MatchExpressions: []corev1.NodeSelectorRequirement{
+		{Key: "brewlet.sh/host-changes", Operator: corev1.NodeSelectorOpIn, Values: []string{"present"}},
+		{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.NodeSelectorOpDoesNotExist},
+	}}}
+	if got := aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms; !equality.Semantic.DeepEqual(got, wantTerms) {
+		t.Errorf("provisioner node affinity %+v, want %+v", got, wantTerms)
+	}
+	if len(ds.Spec.Template.Spec.Tolerations) != 0 {
+		t.Errorf("provisioner tolerates %+v by default", ds.Spec.Template.Spec.Tolerations)
+	}
+	// Host paths, mounted where the agent writes them.
+	hp := chartHostPaths(ds.Spec.Template.Spec)
+	for host, in := range map[string]string{"/opt/brewlet": "/opt/brewlet", "/var/lib/brewlet": "/var/lib/brewlet",
+		"/run/brewlet": "/run/brewlet", "/etc/containerd": "/etc/containerd", "/run/containerd": "/run/containerd",
+		"/usr/local/bin": "/host/usr/local/bin", "/": "/host"} {
+		if hp[host] != in {
+			t.Errorf("host path %s mounted at %q, want %q (all: %v)", host, hp[host], in, hp)
+		}
+	}
+	if len(hp) != 7 {
+		t.Errorf("provisioner host paths %v: want exactly the seven Brewlet needs", hp)
+	}
+	// The node's root, for containerd's binary and the restart command: read-only, and
+	// following the node's mounts (systemd's socket in its /run).
+	for _, m := range pc.VolumeMounts {
+		if m.MountPath == "/host" && (!m.ReadOnly || m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer) {
+			t.Errorf("the node's root mounted %+v, want read-only with HostToContainer propagation", m)
+		}
+	}
+	for flag, v := range map[string]string{"--authorization-ttl": "5m", "--gc-grace": "1h", "--containerd-restart": "validated",
+		"--containerd-config": "/etc/containerd/config.toml", "--containerd-socket": "/run/containerd/containerd.sock",
+		"--containerd-binary": "containerd", "--containerd-restart-command": "systemctl restart containerd",
+		"--shim-dir": "/host/usr/local/bin", "--host-root": "/host"} {
+		chartWantArg(t, pc, flag, v)
+	}
+	for _, f := range []string{"--registry-mirror", "--insecure-registries", "--host-prefix"} {
+		chartNoArg(t, pc, f)
+	}
+	// The API server address the kubelet injects, and the pod network.
+	for _, c := range []corev1.Container{oc, pc} {
+		for _, name := range chartAPIServerEnv {
+			if v, ok := chartEnv(c, name); ok {
+				t.Errorf("container %s: %s=%q without apiServer.host", c.Name, name, v)
+			}
+		}
+	}
+	if dps := ds.Spec.Template.Spec; dps.HostNetwork || dps.DNSPolicy != "" {
+		t.Errorf("provisioner pod: hostNetwork %v dnsPolicy %q by default", dps.HostNetwork, dps.DNSPolicy)
+	}
+}
+
+func chartTemplateAPIServer(t *testing.T) {
+	rc := chartMustRender(t, chartNS, chartPools("--set", "apiServer.host=192.0.2.10", "--set", "apiServer.port=6443")...)
+	dep, ds := chartCheckCommon(t, rc, chartNS)
+	want := map[string]string{"KUBERNETES_SERVICE_HOST": "192.0.2.10", "KUBERNETES_SERVICE_PORT": "6443"}
+	for _, c := range []corev1.Container{dep.Spec.Template.Spec.Containers[0], ds.Spec.Template.Spec.Containers[0]} {
+		for _, name := range chartAPIServerEnv {
+			if v, ok := chartEnv(c, name); !ok || v != want[name] {
+				t.Errorf("container %s: %s=%q (present %v), want %q", c.Name, name, v, ok, want[name])
+			}
+		}
+	}
+}
+
+func chartTemplateHostNetwork(t *testing.T) {
+	rc := chartMustRender(t, chartNS, chartPools("--set", "provisioner.hostNetwork=true")...)
+	dep, ds := chartCheckCommon(t, rc, chartNS)
+	if dps := ds.Spec.Template.Spec; !dps.HostNetwork || dps.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+		t.Errorf("provisioner pod: hostNetwork %v dnsPolicy %q, want true and %s", dps.HostNetwork, dps.DNSPolicy,
+			corev1.DNSClusterFirstWithHostNet)
+	}
+	if ps := dep.Spec.Template.Spec; ps.HostNetwork || ps.DNSPolicy != "" {
+		t.Errorf("operator pod: hostNetwork %v dnsPolicy %q with provisioner.hostNetwork", ps.HostNetwork, ps.DNSPolicy)
+	}
+}
+
+func chartTemplateMetrics(t *testing.T) {
+	rc := chartMustRender(t, chartNS, chartPools("--set", "metrics.enabled=true")...)
+	dep, ds := chartCheckCommon(t, rc, chartNS)
+	oc, pc := dep.Spec.Template.Spec.Containers[0], ds.Spec.Template.Spec.Containers[0]
+	chartWantArg(t, oc, "--metrics-address", ":8080")
+	chartWantArg(t, pc, "--metrics-address", ":9464")
+	for _, s := range []struct {
+		name     string
+		port     int32
+		headless bool
+		selector map[string]string
+	}{{"brewlet-operator-metrics", 8080, false, dep.Spec.Selector.MatchLabels},
+		{"brewlet-provisioner-metrics", 9464, true, ds.Spec.Selector.MatchLabels}} {
+		svc := &corev1.Service{}
+		rc.decode(t, "Service", s.name, svc)
+		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != s.port || svc.Spec.Ports[0].TargetPort.String() != "metrics" ||
+			(svc.Spec.ClusterIP == corev1.ClusterIPNone) != s.headless || !reflect.DeepEqual(svc.Spec.Selector, s.selector) {
+			t.Errorf("Service %s: %+v", s.name, svc.Spec)
+		}
+	}
+}
+
+func chartTemplateNoAdmission(t *testing.T) {
+	rc := chartMustRender(t, chartNS, chartPools("--set", "admission.enabled=false")...)
+	dep, _ := chartCheckCommon(t, rc, chartNS)
+	oc := dep.Spec.Template.Spec.Containers[0]
+	chartWantArg(t, oc, "--webhook-port", "0")
+	chartNoArg(t, oc, "--webhook-cert-dir")
+	if rc.has("MutatingWebhookConfiguration", admission.ConfigurationName) || rc.has("Service", admission.ServiceName) {
+		t.Errorf("webhook chartObject with admission.enabled=false: %v", rc.names())
+	}
+	op, role := &rbacv1.ClusterRole{}, &rbacv1.Role{}
+	rc.decode(t, "ClusterRole", "brewlet-operator", op)
+	rc.decode(t, "Role", "brewlet-operator", role)
+	if v, _ := chartRule(op.Rules, "admissionregistration.k8s.io", "mutatingwebhookconfigurations"); len(v) != 0 {
+		t.Errorf("operator keeps webhook rights without admission: %v", v)
+	}
+	if v, _ := chartRule(role.Rules, "", "secrets"); len(v) != 0 {
+		t.Errorf("operator keeps Secret rights without admission: %v", v)
+	}
+}
+
+func chartTemplateDigest(t *testing.T) {
+	rc := chartMustRender(t, chartNS, chartPools("--set", "operator.image.tag=v9", "--set", "operator.image.digest="+chartDigest,
+		"--set", "provisioner.image.registry=127.0.0.1:5000", "--set", "provisioner.image.repository=brewlet/brewlet-provisioner",
+		"--set", "provisioner.image.digest="+chartDigest, "--set", "operator.image.pullPolicy=Always")...)
+	dep, ds := chartCheckCommon(t, rc, chartNS)
+	oc, pc := dep.Spec.Template.Spec.Containers[0], ds.Spec.Template.Spec.Containers[0]
+	if oc.Image != "ghcr.io/brewlet-sh/brewlet-operator@"+chartDigest || oc.ImagePullPolicy != corev1.PullAlways {
+		t.Errorf("operator image %q (%s): want the digest only", oc.Image, oc.ImagePullPolicy)
+	}
+	if pc.Image != "127.0.0.1:5000/brewlet/brewlet-provisioner@"+chartDigest {
+		t.Errorf("provisioner image %q: want registry/repository@digest", pc.Image)
+	}
+	rc = chartMustRender(t, chartNS, chartPools("--set", "operator.image.tag=v9")...)
+	dep, _ = chartCheckCommon(t, rc, chartNS)
+	if img := dep.Spec.Template.Spec.Containers[0].Image; img != "ghcr.io/brewlet-sh/brewlet-operator:v9" {
+		t.Errorf("operator image %q: want the tag", img)
+	}
+}

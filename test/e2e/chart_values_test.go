@@ -1,0 +1,192 @@
+package e2e
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	"brewlet.sh/brewlet/internal/admission"
+)
+
+// Values that place and configure the components must reach the flag, mount or field the
+// component reads; values the chart refuses must stop helm before anything is installed.
+
+func chartTemplatePlacement(t *testing.T) {
+	rc := chartMustRender(t, chartNS, "--set-json", `provisioner.pools=[{"key":"pool","values":["a"]},{"key":"tier","values":["b"]}]`,
+		"--set", "provisioner.includeControlPlane=true",
+		"--set-json", `provisioner.tolerations=[{"key":"dedicated","operator":"Equal","value":"brewlet","effect":"NoSchedule"}]`)
+	_, ds := chartCheckCommon(t, rc, chartNS)
+	terms := ds.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	want := []corev1.NodeSelectorTerm{
+		{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "pool", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}},
+		{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "tier", Operator: corev1.NodeSelectorOpIn, Values: []string{"b"}}}},
+		// A node that left the pools keeps its agent until its host changes are reversed.
+		{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "brewlet.sh/host-changes", Operator: corev1.NodeSelectorOpIn, Values: []string{"present"}}}},
+	}
+	if !equality.Semantic.DeepEqual(terms, want) {
+		t.Errorf("terms %+v, want %+v", terms, want)
+	}
+	tol := ds.Spec.Template.Spec.Tolerations
+	wantTol := []corev1.Toleration{
+		{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+		{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "brewlet", Effect: corev1.TaintEffectNoSchedule},
+	}
+	if !equality.Semantic.DeepEqual(tol, wantTol) {
+		t.Errorf("tolerations %+v, want %+v", tol, wantTol)
+	}
+}
+
+func chartTemplateSharedContainerdDir(t *testing.T) {
+	rc := chartMustRender(t, "other-ns", chartPools("--set", "provisioner.containerd.config=/var/lib/node/containerd/config.toml",
+		"--set", "provisioner.containerd.socket=/var/lib/node/containerd/containerd.sock")...)
+	_, ds := chartCheckCommon(t, rc, "other-ns")
+	seen := map[string]int{}
+	for _, m := range ds.Spec.Template.Spec.Containers[0].VolumeMounts {
+		seen[m.MountPath]++
+	}
+	if seen["/var/lib/node/containerd"] != 1 {
+		t.Errorf("mounts of the shared containerd directory: %d, want 1 (mount paths must be unique)", seen["/var/lib/node/containerd"])
+	}
+}
+
+func chartTemplateNodeSettings(t *testing.T) {
+	rc := chartMustRender(t, "other-ns", chartPools(
+		"--set", "provisioner.hostPrefix=/srv/test", "--set", "provisioner.gc.grace=10m", "--set", "provisioner.authorizationTTL=90s",
+		"--set", "provisioner.containerd.restart=none", "--set", "provisioner.containerd.config=/etc/k8s/containerd/config.toml",
+		"--set", "provisioner.containerd.socket=/run/k8s/containerd.sock", "--set", "provisioner.containerd.shimDir=",
+		"--set", "provisioner.containerd.restartCommand=kill -HUP 1", "--set", "provisioner.containerd.runOnHost=false",
+		"--set-json", `provisioner.registry.mirrors=[{"registry":"registry.example","mirrors":["m1:5000","m2.example"]}]`,
+		"--set", "provisioner.registry.insecure=true", "--set", "provisioner.registry.credentialsSecret=pull",
+		"--set-json", `imagePullSecrets=["regcred"]`)...)
+	dep, ds := chartCheckCommon(t, rc, "other-ns")
+	pc := ds.Spec.Template.Spec.Containers[0]
+	for flag, v := range map[string]string{"--host-prefix": "/srv/test", "--gc-grace": "10m", "--authorization-ttl": "90s",
+		"--containerd-restart": "none", "--containerd-config": "/etc/k8s/containerd/config.toml",
+		"--containerd-socket": "/run/k8s/containerd.sock", "--containerd-restart-command": "kill -HUP 1", "--insecure-registries": ""} {
+		chartWantArg(t, pc, flag, v)
+	}
+	chartNoArg(t, pc, "--shim-dir")
+	chartNoArg(t, pc, "--host-root")
+	var mirrors []string
+	for _, a := range pc.Args {
+		if v, ok := strings.CutPrefix(a, "--registry-mirror="); ok {
+			mirrors = append(mirrors, v)
+		}
+	}
+	if !slices.Equal(mirrors, []string{"registry.example=m1:5000", "registry.example=m2.example"}) {
+		t.Errorf("mirror flags %v", mirrors)
+	}
+	hp := chartHostPaths(ds.Spec.Template.Spec)
+	want := map[string]string{"/srv/test/opt/brewlet": "/srv/test/opt/brewlet", "/srv/test/var/lib/brewlet": "/srv/test/var/lib/brewlet",
+		"/srv/test/run/brewlet": "/srv/test/run/brewlet", "/etc/k8s/containerd": "/etc/k8s/containerd", "/run/k8s": "/run/k8s"}
+	if !reflect.DeepEqual(hp, want) {
+		t.Errorf("host paths %v, want %v", hp, want)
+	}
+	dockerConfig, _ := chartEnv(pc, "DOCKER_CONFIG")
+	var secretVol *corev1.SecretVolumeSource
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.Secret != nil {
+			secretVol = v.Secret
+		}
+	}
+	if dockerConfig == "" || secretVol == nil || secretVol.SecretName != "pull" ||
+		!reflect.DeepEqual(secretVol.Items, []corev1.KeyToPath{{Key: ".dockerconfigjson", Path: "config.json"}}) ||
+		!slices.ContainsFunc(pc.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == dockerConfig }) {
+		t.Errorf("registry credentials: DOCKER_CONFIG %q, volume %+v", dockerConfig, secretVol)
+	}
+	for _, ps := range []corev1.PodSpec{dep.Spec.Template.Spec, ds.Spec.Template.Spec} {
+		if !reflect.DeepEqual(ps.ImagePullSecrets, []corev1.LocalObjectReference{{Name: "regcred"}}) {
+			t.Errorf("imagePullSecrets %+v", ps.ImagePullSecrets)
+		}
+	}
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	rc.decode(t, "MutatingWebhookConfiguration", admission.ConfigurationName, mwc)
+	if s := mwc.Webhooks[0].ClientConfig.Service; s == nil || s.Namespace != "other-ns" {
+		t.Errorf("webhook Service reference %+v does not follow the release namespace", s)
+	}
+}
+
+func chartTemplateOperatorSettings(t *testing.T) {
+	rc := chartMustRender(t, chartNS, chartPools("--set", "operator.replicas=3", "--set", "operator.leaderElectionID=brewlet-lock",
+		"--set", "admission.webhookPort=10250", "--set", "admission.certResync=30s",
+		"--set-json", `operator.nodeSelector={"kubernetes.io/os":"linux"}`,
+		"--set-json", `operator.tolerations=[{"key":"infra","operator":"Exists"}]`,
+		"--set", "operator.priorityClassName=infra-critical", "--set", "provisioner.priorityClassName=system-node-critical",
+		"--set", "operator.resources.limits.memory=1Gi", "--set", "provisioner.resources.requests.cpu=200m")...)
+	dep, ds := chartCheckCommonWith(t, rc, chartNS, "brewlet-lock", 3)
+	ps, oc := dep.Spec.Template.Spec, dep.Spec.Template.Spec.Containers[0]
+	chartWantArg(t, oc, "--webhook-port", "10250")
+	chartWantArg(t, oc, "--webhook-cert-resync", "30s")
+	if !slices.ContainsFunc(oc.Ports, func(p corev1.ContainerPort) bool { return p.Name == "webhook" && p.ContainerPort == 10250 }) {
+		t.Errorf("operator webhook port %+v", oc.Ports)
+	}
+	if !reflect.DeepEqual(ps.NodeSelector, map[string]string{"kubernetes.io/os": "linux"}) ||
+		!reflect.DeepEqual(ps.Tolerations, []corev1.Toleration{{Key: "infra", Operator: corev1.TolerationOpExists}}) ||
+		ps.PriorityClassName != "infra-critical" || ds.Spec.Template.Spec.PriorityClassName != "system-node-critical" {
+		t.Errorf("operator placement %v %v %q, provisioner priority %q", ps.NodeSelector, ps.Tolerations, ps.PriorityClassName,
+			ds.Spec.Template.Spec.PriorityClassName)
+	}
+	if m := oc.Resources.Limits.Memory().String(); m != "1Gi" {
+		t.Errorf("operator memory limit %s", m)
+	}
+	if c := ds.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String(); c != "200m" {
+		t.Errorf("provisioner cpu request %s", c)
+	}
+}
+
+func chartTemplateNoPools(t *testing.T) {
+	_, out, err := chartTemplate(t, chartNS)
+	if err == nil || !strings.Contains(out, "provisioner.pools is empty") {
+		t.Fatalf("helm template without pools: err %v, want the pools message\n%s", err, out)
+	}
+}
+
+func chartTemplateNoProvisioner(t *testing.T) {
+	rc := chartMustRender(t, chartNS, "--set", "provisioner.enabled=false")
+	for _, k := range [][2]string{{"DaemonSet", "brewlet-provisioner"}, {"ServiceAccount", "brewlet-provisioner"},
+		{"ClusterRole", "brewlet-provisioner"}, {"ValidatingAdmissionPolicy", "brewlet-provisioner-node-scope"}} {
+		if rc.has(k[0], k[1]) {
+			t.Errorf("%s %s chartObject with provisioner.enabled=false", k[0], k[1])
+		}
+	}
+	if !rc.has("Deployment", "brewlet-operator") {
+		t.Errorf("operator missing: %v", rc.names())
+	}
+}
+
+func chartTemplateSchema(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{chartPools("--set", "provisioner.containerd.restart=always"), "/provisioner/containerd/restart'"},
+		{chartPools("--set", "operator.replicass=3"), "replicass"},
+		{chartPools("--set", "operator.image.digest=sha256:abc"), "/operator/image/digest'"},
+		{chartPools("--set", "metrics.enabled=yes"), "/metrics/enabled'"},
+		{chartPools("--set", "provisioner.gc.grace=1 hour"), "/provisioner/gc/grace'"},
+		{chartPools("--set", "apiServer.host=https://x"), "/apiServer/host'"},
+		{chartPools("--set", "apiServer.host=192.0.2.10:6443"), "/apiServer/host'"},
+		{chartPools("--set", "apiServer.port=0"), "/apiServer/port'"},
+		{[]string{"--set-json", `provisioner.pools=[{"key":"pool","values":[]}]`}, "values"},
+		{[]string{"--set-json", `provisioner.pools=[{"key":"pool","names":["a"]}]`}, "names"},
+		{chartPools("--set", "operator.rotationRestarts.maxConcurrent=0"), "/operator/rotationRestarts/maxConcurrent'"},
+		{chartPools("--set", "operator.rotationRestarts.maxConcurrent=101"), "/operator/rotationRestarts/maxConcurrent'"},
+		{chartPools("--set", "operator.rotationRestarts.progressDeadline=10 minutes"), "/operator/rotationRestarts/progressDeadline'"},
+		{chartPools("--set", "operator.rotationRestarts.progressDeadline=10"), "/operator/rotationRestarts/progressDeadline'"},
+		{chartPools("--set", "operator.rotationRestarts.enabled=on"), "/operator/rotationRestarts/enabled'"},
+		{chartPools("--set-json", `operator.rotationRestarts.namespaces=["Apps_Prod"]`), "/operator/rotationRestarts/namespaces/0'"},
+		{chartPools("--set-json", `operator.rotationRestarts.namespaces=["a","a"]`), "/operator/rotationRestarts/namespaces'"},
+		{chartPools("--set-json", `operator.rotationRestarts.namespaces=["apps","kube-system"]`), "/operator/rotationRestarts/namespaces/1'"},
+		{chartPools("--set", "operator.rotationRestarts.namespace=apps"), "namespace"},
+	} {
+		_, out, err := chartTemplate(t, chartNS, c.args...)
+		if err == nil || !strings.Contains(out, "values don't meet the specifications of the schema") || !strings.Contains(out, c.want) {
+			t.Errorf("helm template %v: err %v, want a schema refusal naming %q\n%s", c.args, err, c.want, out)
+		}
+	}
+}
