@@ -74,6 +74,12 @@ type RolloutPolicy struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	MaxFailures *int32 `json:"maxFailures,omitempty"`
+	// NodeTimeout is how long a node allowed a new generation may take to serve it or to
+	// report a failure; a node past it is excluded from the rotation (NodeTimedOut), frees
+	// its wave slot and does not count against maxFailures. It keeps its allowance and
+	// rejoins when it reports the generation. Default 10m.
+	// +optional
+	NodeTimeout *metav1.Duration `json:"nodeTimeout,omitempty"`
 }
 
 // NodeProfileStatus is written by the operator.

@@ -30,6 +30,11 @@ type RuntimeDirective struct {
 	// zero means the RuntimeImage's current generation.
 	// +optional
 	AllowedGeneration int64 `json:"allowedGeneration,omitempty"`
+	// InstallBy is when the node's wave allowed allowedGeneration plus the profile's
+	// rollout.nodeTimeout, on the operator's clock: a node neither serving nor failing the
+	// generation by then is excluded from the rotation. The agent does not read it.
+	// +optional
+	InstallBy *metav1.Time `json:"installBy,omitempty"`
 	// Quarantine withdraws the ID on this node (labels, authorization) without cleanup.
 	// +optional
 	Quarantine bool `json:"quarantine,omitempty"`

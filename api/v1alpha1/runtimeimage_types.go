@@ -32,6 +32,14 @@ type RuntimeImageSpec struct {
 	// +optional
 	// +kubebuilder:default=false
 	Revoked bool `json:"revoked,omitempty"`
+
+	// Paused holds this runtime's rotation where it is: no further node is allowed a newer
+	// generation (nodes already allowed one finish it) and no further workload restart
+	// starts (restarts in progress finish). Authorization is unaffected: a paused runtime
+	// keeps serving; spec.revoked is the kill switch. The first generation of an epoch is
+	// not staged and so not paused. Setting it back to false resumes.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
 }
 
 // RuntimeImageSource is where the runtime comes from.
@@ -146,6 +154,21 @@ type RotationStatus struct {
 	// (restarts may list fewer).
 	// +optional
 	RestartCounts *RestartCounts `json:"restartCounts,omitempty"`
+	// RestartsHalted is set while more restarted workloads of this target failed than the
+	// operator's restart failure budget: no further restart starts; running ones finish.
+	// A new digest (a roll-back too) is a new target and starts afresh.
+	// +optional
+	RestartsHalted *RestartsHalt `json:"restartsHalted,omitempty"`
+}
+
+// RestartsHalt says why rotation restarts stopped for a target.
+type RestartsHalt struct {
+	// Failed counts the target's failed restarts; MaxFailures is the budget they exceed.
+	Failed      int32 `json:"failed"`
+	MaxFailures int32 `json:"maxFailures"`
+	// Message names the failing workloads (at most five) and what to do.
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message"`
 }
 
 // RestartCounts counts workload restarts by outcome.
@@ -170,7 +193,12 @@ type RotationNodeCounts struct {
 	Current    int32 `json:"current"`
 	Installing int32 `json:"installing"`
 	Failed     int32 `json:"failed"`
-	Excluded   int32 `json:"excluded"`
+	// Excluded counts the nodes the rotation goes on without: failed ones and stuck ones.
+	Excluded int32 `json:"excluded"`
+	// Stuck counts excluded nodes that neither serve nor failed the target: past their
+	// installBy (NodeTimedOut) or with a silent agent (AgentNotReporting).
+	// +optional
+	Stuck int32 `json:"stuck"`
 }
 
 // ExcludedNode is a node left out of the rotation and why.
@@ -207,7 +235,9 @@ type WorkloadRestart struct {
 // +kubebuilder:printcolumn:name="Rotated",type=string,JSONPath=`.status.conditions[?(@.type=="RotationComplete")].status`
 // +kubebuilder:printcolumn:name="Current-Nodes",type=integer,JSONPath=`.status.rotation.nodes.current`
 // +kubebuilder:printcolumn:name="Failed-Nodes",type=integer,JSONPath=`.status.rotation.nodes.failed`
+// +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=`.spec.paused`
 // +kubebuilder:printcolumn:name="Rotation",type=string,JSONPath=`.status.conditions[?(@.type=="RotationProgressing")].reason`
+// +kubebuilder:printcolumn:name="Restarts-Halted",type=integer,JSONPath=`.status.rotation.restartsHalted.failed`,priority=1
 // +kubebuilder:printcolumn:name="Old-Tasks",type=string,JSONPath=`.status.conditions[?(@.type=="OldGenerationTasks")].status`
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.source.image`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

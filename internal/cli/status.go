@@ -37,8 +37,10 @@ type Status struct {
 	Excluded        []brewletv1.ExcludedNode     `json:"excludedNodes,omitempty"`
 	Workloads       map[string]int               `json:"workloads"` // restarts by outcome
 	Restarts        []brewletv1.WorkloadRestart  `json:"restarts,omitempty"`
-	OldContainers   []OldContainer               `json:"oldContainers,omitempty"`
-	OmittedNodes    int32                        `json:"omittedNodes,omitempty"`
+	// RestartsHalted: more restarts of this target failed than the budget (none start).
+	RestartsHalted *brewletv1.RestartsHalt `json:"restartsHalted,omitempty"`
+	OldContainers  []OldContainer          `json:"oldContainers,omitempty"`
+	OmittedNodes   int32                   `json:"omittedNodes,omitempty"`
 }
 
 // OldContainer is one container still on an older generation or epoch.
@@ -67,7 +69,7 @@ func StatusOf(ri *brewletv1.RuntimeImage) Status {
 		}
 	}
 	if r := st.Rotation; r != nil {
-		s.Nodes, s.Excluded, s.Restarts = r.Nodes, r.ExcludedNodes, r.Restarts
+		s.Nodes, s.Excluded, s.Restarts, s.RestartsHalted = r.Nodes, r.ExcludedNodes, r.Restarts, r.RestartsHalted
 		if c := r.RestartCounts; c != nil {
 			// Exact counts: the records list at most 100 workloads.
 			for o, n := range map[string]int32{"Pending": c.Pending, "InProgress": c.InProgress, "Succeeded": c.Succeeded,
@@ -112,9 +114,9 @@ func WriteTable(w io.Writer, all []Status) error {
 		}
 		fmt.Fprintf(w, "%s  generation %d (%s)  approved %s\n", s.ID, s.Generation, digest, s.Approved)
 		n := s.Nodes
-		total := n.Current + n.Installing + n.Failed
-		fmt.Fprintf(w, "  nodes      %s %d/%d current · %d installing · %d failed · %d excluded  (%s)\n",
-			bar(n.Current, total, 20), n.Current, total, n.Installing, n.Failed, n.Excluded, s.Rotation)
+		total := n.Current + n.Installing + n.Failed + n.Stuck
+		fmt.Fprintf(w, "  nodes      %s %d/%d current · %d installing · %d failed · %d stuck · %d excluded  (%s)\n",
+			bar(n.Current, total, 20), n.Current, total, n.Installing, n.Failed, n.Stuck, n.Excluded, s.Rotation)
 		if s.RotationMessage != "" {
 			fmt.Fprintf(w, "             %s\n", s.RotationMessage)
 		}
@@ -129,6 +131,9 @@ func WriteTable(w io.Writer, all []Status) error {
 				}
 			}
 			fmt.Fprintf(w, "  workloads  %s\n", strings.Join(parts, " · "))
+			if h := s.RestartsHalted; h != nil {
+				fmt.Fprintf(w, "             RESTARTS HALTED: %s\n", h.Message)
+			}
 			listed := 0
 			for _, r := range s.Restarts {
 				if r.Outcome != "Succeeded" {

@@ -21,7 +21,8 @@ func TestStatusTable(t *testing.T) {
 			ExcludedNodes: []brewletv1.ExcludedNode{{Name: "n6", Reason: "PrivilegedRuntimeFile", Generation: 3}},
 			Restarts: []brewletv1.WorkloadRestart{
 				{Kind: "Deployment", Namespace: "shop", Name: "web", Outcome: "Succeeded"},
-				{Kind: "Deployment", Namespace: "shop", Name: "batch", Outcome: "Deferred", Message: "the Deployment is paused"}}},
+				{Kind: "Deployment", Namespace: "shop", Name: "batch", Outcome: "Deferred", Message: "the Deployment is paused"}},
+			RestartsHalted: &brewletv1.RestartsHalt{Failed: 2, MaxFailures: 1, Message: "2 restarted workload(s) failed"}},
 		TaskObservations: []brewletv1.TaskObservation{{NodeName: "n2", Current: false, Bindings: []brewletv1.TaskBinding{
 			{PodNamespace: "shop", PodName: "batch-1", ContainerName: "app", Epoch: "e-1", Generation: 2},
 			{PodNamespace: "ops", PodName: "old", ContainerName: "app", Epoch: "e-0", Generation: 9}}}},
@@ -36,11 +37,11 @@ func TestStatusTable(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{"python  generation 3 (sha256:2c368792963f…)  approved True (Approved)",
-		"[██████████░░░░░░░░░░] 3/6 current · 2 installing · 1 failed · 1 excluded  (Rotating)",
+		"[██████████░░░░░░░░░░] 3/6 current · 2 installing · 1 failed · 0 stuck · 1 excluded  (Rotating)",
 		"excluded n6: PrivilegedRuntimeFile (generation 3)",
 		"nodes without a running agent: n7 (AgentContainerFailing) (NodeProfile general)",
 		"1 Succeeded · 1 Deferred", "Deployment shop/batch Deferred: the Deployment is paused",
-		"old containers (2):", "stale", "batch-1", "9 (previous epoch)", "… and 4 more node(s)"} {
+		"RESTARTS HALTED: 2 restarted workload(s) failed", "old containers (2):", "stale", "batch-1", "9 (previous epoch)", "… and 4 more node(s)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}

@@ -24,10 +24,16 @@ const (
 	ReasonRotating        Reason = "Rotating"        // nodes are not on the target generation yet
 	ReasonRotationHalted  Reason = "RotationHalted"  // more nodes failed the target than rollout.maxFailures
 	ReasonAllNodesCurrent Reason = "AllNodesCurrent" // every reporting node serves the target
-	// CompleteWithExclusions: every reporting node serves the target except the ones that
-	// failed it, and those are within rollout.maxFailures (they keep their generation).
+	// CompleteWithExclusions: every reporting node serves the target except excluded ones:
+	// failed within rollout.maxFailures (they keep their generation), timed out
+	// (NodeTimedOut) or silent (AgentNotReporting).
 	ReasonCompleteWithExclusions Reason = "CompleteWithExclusions"
 	ReasonNoNodes                Reason = "NoNodes" // no node reports the ID yet
+	// RotationPaused: spec.paused holds the rotation (no new wave, no new restart).
+	ReasonRotationPaused Reason = "RotationPaused"
+	// NodeTimedOut: a node allowed the target neither serves nor failed it past its
+	// installBy (rollout.nodeTimeout); it is excluded from the rotation until it reports.
+	ReasonNodeTimedOut Reason = "NodeTimedOut"
 
 	// Cleanup (operator, NodeProfile conditions CleanupComplete and RetirementPending).
 	ReasonNothingOwed         Reason = "NothingOwed"         // no node owes this profile any cleanup
@@ -90,6 +96,9 @@ const (
 	// Rotation restarts (operator).
 	ReasonRestartNotApplicable Reason = "RestartNotApplicable"
 	ReasonRestartDeferred      Reason = "RestartDeferred"
+	// RestartsHalted: more restarted workloads failed than the restart failure budget; the
+	// record of a workload still waiting, and the event on the RuntimeImage.
+	ReasonRestartsHalted Reason = "RestartsHalted"
 
 	// RuntimeImage approval (operator, condition Approved).
 	ReasonApproved Reason = "Approved" // approved: nodes may authorize the current generation

@@ -83,6 +83,10 @@ const (
 	// AnnotationRestartOnRotation is the workload owner's opt-in ("true") on the
 	// Deployment/StatefulSet/DaemonSet object.
 	AnnotationRestartOnRotation = Domain + "/restart-on-rotation"
+	// AnnotationRestartPriority on the workload object orders its restart: higher first
+	// (an integer from -1000 to 1000; default 0; anything else counts as 0). Platform teams
+	// put canaries first so a bad generation halts restarts before it reaches the rest.
+	AnnotationRestartPriority = Domain + "/restart-priority"
 	// AnnotationArtifactVersion marks an application artifact's manifest.
 	AnnotationArtifactVersion = Domain + "/artifact-version"
 	// ArtifactVersion is the only artifact version this release understands.

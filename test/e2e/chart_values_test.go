@@ -178,6 +178,8 @@ func chartTemplateSchema(t *testing.T) {
 		{chartPools("--set", "operator.rotationRestarts.maxConcurrent=101"), "/operator/rotationRestarts/maxConcurrent'"},
 		{chartPools("--set", "operator.rotationRestarts.progressDeadline=10 minutes"), "/operator/rotationRestarts/progressDeadline'"},
 		{chartPools("--set", "operator.rotationRestarts.progressDeadline=10"), "/operator/rotationRestarts/progressDeadline'"},
+		{chartPools("--set", "operator.rotationRestarts.maxFailures=-1"), "/operator/rotationRestarts/maxFailures'"},
+		{chartPools("--set", "operator.rotationRestarts.maxFailures=one"), "/operator/rotationRestarts/maxFailures'"},
 		{chartPools("--set", "operator.rotationRestarts.enabled=on"), "/operator/rotationRestarts/enabled'"},
 		{chartPools("--set-json", `operator.rotationRestarts.namespaces=["Apps_Prod"]`), "/operator/rotationRestarts/namespaces/0'"},
 		{chartPools("--set-json", `operator.rotationRestarts.namespaces=["a","a"]`), "/operator/rotationRestarts/namespaces'"},

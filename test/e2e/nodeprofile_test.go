@@ -35,6 +35,12 @@ func TestNodeProfile(t *testing.T) {
 	t.Run("rotation in waves of maxUnavailable=1 over three nodes", func(t *testing.T) {
 		testRotationWaves(t, cp.Client)
 	})
+	t.Run("a node stuck past rollout.nodeTimeout is excluded, the waves go on, it rejoins", func(t *testing.T) {
+		testRotationStuckNode(t, cp.Client)
+	})
+	t.Run("spec.paused holds the waves and resumes them", func(t *testing.T) {
+		testRotationPaused(t, cp.Client)
+	})
 	t.Run("nodes without a running agent are named, with the cluster's reason", func(t *testing.T) {
 		testAgentsMissing(t, cp.Client)
 	})
@@ -293,6 +299,7 @@ func testRotationWaves(t *testing.T, c client.Client) {
 	for _, n := range nodes {
 		mkNode(t, c, n, map[string]string{key: "wave"})
 	}
+	agentsAlive(t, c, nodes...)
 	if err := c.Create(context.Background(), runtimeImage("rb", "127.0.0.1:5000/runtimes/rb@"+digestN(1))); err != nil {
 		t.Fatal(err)
 	}
@@ -381,4 +388,123 @@ func expectEvent(t *testing.T, c client.Client, object string, reason vocab.Reas
 		}
 		return false, fmt.Sprintf("%d events", len(events.Items))
 	})
+}
+
+// agentsAlive renews the nodes' agent Leases every few seconds until the test ends, as
+// running agents do (a node without heartbeats is silent: left out of waves and rotations).
+func agentsAlive(t *testing.T, c client.Client, nodes ...string) {
+	t.Helper()
+	for _, n := range nodes {
+		renewAgentLease(t, c, n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(3 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			for _, n := range nodes {
+				if err := renewLease(ctx, c, n); err != nil && ctx.Err() == nil {
+					t.Logf("renew the agent Lease of %s: %v", n, err)
+				}
+			}
+		}
+	}()
+}
+
+// testRotationStuckNode: maxUnavailable=1, maxFailures=0, nodeTimeout=5s over s-a, s-b,
+// s-c. s-a is allowed generation 2 and never finishes: past its installBy it is excluded
+// (NodeTimedOut, an event, no failure counted, so no halt) and the next wave goes. The
+// rotation completes without it; when s-a reports generation 2 it rejoins as current.
+func testRotationStuckNode(t *testing.T, c client.Client) {
+	const key = "pool.example/stuck"
+	nodes := []string{"s-a", "s-b", "s-c"}
+	for _, n := range nodes {
+		mkNode(t, c, n, map[string]string{key: "stuck"})
+	}
+	agentsAlive(t, c, nodes...)
+	if err := c.Create(context.Background(), runtimeImage("rs", "127.0.0.1:5000/runtimes/rs@"+digestN(1))); err != nil {
+		t.Fatal(err)
+	}
+	one, zero := intstr.FromInt32(1), int32(0)
+	mkProfile(t, c, "stuck", key, []string{"stuck"}, func(p *brewletv1.NodeProfile) {
+		p.Spec.Rollout = &brewletv1.RolloutPolicy{MaxUnavailable: &one, MaxFailures: &zero, NodeTimeout: &metav1.Duration{Duration: 5 * time.Second}}
+	}, "rs")
+	eventually(t, 30*time.Second, "directives for the stuck pool", func() (bool, string) {
+		return directiveFor(nrtSpec(t, c, "s-c"), "rs") != nil, fmt.Sprint(allowedOf(t, c, "rs", nodes...))
+	})
+	for _, n := range nodes {
+		report(t, c, n, "rs", "Ready", 1)
+	}
+	rotateTo(t, c, "rs", 2)
+	expectAllowed(t, c, "wave 1 of generation 2", "rs", nodes, 2, 1, 1)
+	if d := directiveFor(nrtSpec(t, c, "s-a"), "rs"); d == nil || d.InstallBy == nil {
+		t.Fatalf("s-a allowed generation 2 without an installBy: %+v", d)
+	}
+	report(t, c, "s-a", "rs", "Installing", 2)
+	// Five seconds later s-a is past its installBy: the next node gets the slot.
+	expectAllowed(t, c, "wave 2 of generation 2, s-a timed out", "rs", nodes, 2, 2, 1)
+	expectRotation(t, c, "rs", "s-a excluded as stuck, not failed", func(ri *brewletv1.RuntimeImage) bool {
+		r := ri.Status.Rotation
+		return r.Nodes.Stuck == 1 && r.Nodes.Excluded == 1 && r.Nodes.Failed == 0 && len(r.ExcludedNodes) == 1 &&
+			r.ExcludedNodes[0].Name == "s-a" && r.ExcludedNodes[0].Reason == string(vocab.ReasonNodeTimedOut) &&
+			condIs(ri, vocab.ConditionRotationProgressing, "True", vocab.ReasonRotating)
+	})
+	expectEvent(t, c, "rs", vocab.ReasonNodeTimedOut, corev1.EventTypeWarning)
+	report(t, c, "s-b", "rs", "Ready", 2)
+	expectAllowed(t, c, "wave 3 of generation 2", "rs", nodes, 2, 2, 2)
+	report(t, c, "s-c", "rs", "Ready", 2)
+	expectRotation(t, c, "rs", "complete without the stuck node", func(ri *brewletv1.RuntimeImage) bool {
+		r := ri.Status.Rotation
+		return r.RotationCompletedAt != nil && r.Nodes.Current == 2 && r.Nodes.Stuck == 1 &&
+			condIs(ri, vocab.ConditionRotationComplete, "True", vocab.ReasonCompleteWithExclusions)
+	})
+	completedAt := getRI(t, c, "rs").Status.Rotation.RotationCompletedAt
+	report(t, c, "s-a", "rs", "Ready", 2)
+	expectRotation(t, c, "rs", "s-a rejoins as current", func(ri *brewletv1.RuntimeImage) bool {
+		r := ri.Status.Rotation
+		return r.Nodes.Current == 3 && r.Nodes.Excluded == 0 && len(r.ExcludedNodes) == 0 &&
+			r.RotationCompletedAt != nil && r.RotationCompletedAt.Equal(completedAt) &&
+			condIs(ri, vocab.ConditionRotationComplete, "True", vocab.ReasonAllNodesCurrent)
+	})
+}
+
+// testRotationPaused: with spec.paused a new generation reaches no node; the condition
+// says so; unpaused, the first wave goes.
+func testRotationPaused(t *testing.T, c client.Client) {
+	const key = "pool.example/paused"
+	nodes := []string{"p-a", "p-b"}
+	for _, n := range nodes {
+		mkNode(t, c, n, map[string]string{key: "paused"})
+	}
+	agentsAlive(t, c, nodes...)
+	if err := c.Create(context.Background(), runtimeImage("rp", "127.0.0.1:5000/runtimes/rp@"+digestN(1))); err != nil {
+		t.Fatal(err)
+	}
+	one := intstr.FromInt32(1)
+	mkProfile(t, c, "paused", key, []string{"paused"}, func(p *brewletv1.NodeProfile) {
+		p.Spec.Rollout = &brewletv1.RolloutPolicy{MaxUnavailable: &one}
+	}, "rp")
+	eventually(t, 30*time.Second, "directives for the paused pool", func() (bool, string) {
+		return directiveFor(nrtSpec(t, c, "p-b"), "rp") != nil, fmt.Sprint(allowedOf(t, c, "rp", nodes...))
+	})
+	for _, n := range nodes {
+		report(t, c, n, "rp", "Ready", 1)
+	}
+	updateRI(t, c, "rp", func(ri *brewletv1.RuntimeImage) { ri.Spec.Paused = true })
+	rotateTo(t, c, "rp", 2)
+	stays(t, c, "rp", nodes, 1, 1)
+	expectRotation(t, c, "rp", "paused", func(ri *brewletv1.RuntimeImage) bool {
+		return ri.Status.Rotation.Target.Generation == 2 && condIs(ri, vocab.ConditionRotationProgressing, "False", vocab.ReasonRotationPaused)
+	})
+	stays(t, c, "rp", nodes, 1, 1)
+	updateRI(t, c, "rp", func(ri *brewletv1.RuntimeImage) { ri.Spec.Paused = false })
+	expectAllowed(t, c, "unpaused: wave 1 of generation 2", "rp", nodes, 2, 1)
 }

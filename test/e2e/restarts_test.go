@@ -39,6 +39,8 @@ type restartWorld struct {
 	// generation the stand-in agents report for a pod: pods made from a template that
 	// carries the barrier run the target, the others the generation they started on.
 	podGen func(p *corev1.Pod) int64
+	// dead are the nodes whose stand-in agent stopped: no report, no heartbeat.
+	dead map[string]bool
 }
 
 const restartNS = "apps-under-test"
@@ -93,6 +95,9 @@ func (w *restartWorld) reportEntries(t *testing.T, entry func(node string) brewl
 	pods := &corev1.PodList{}
 	must(t, c.List(ctx, pods, client.InNamespace(restartNS)))
 	for _, node := range w.nodes {
+		if w.dead[node] {
+			continue
+		}
 		nrt := &brewletv1.NodeRuntime{}
 		if err := c.Get(ctx, client.ObjectKey{Name: node}, nrt); apierrors.IsNotFound(err) {
 			nrt = &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: node}}
@@ -135,20 +140,30 @@ func (w *restartWorld) waitRunning(t *testing.T, n int) {
 
 func (w *restartWorld) heartbeat(t *testing.T, node string) {
 	t.Helper()
-	ctx, c := context.Background(), w.cp.Client
+	renewAgentLease(t, w.cp.Client, node)
+}
+
+// renewAgentLease renews node's agent Lease as a stand-in agent (creating it the first time).
+func renewAgentLease(t *testing.T, c client.Client, node string) {
+	t.Helper()
+	must(t, renewLease(context.Background(), c, node))
+}
+
+func renewLease(ctx context.Context, c client.Client, node string) error {
 	now := metav1.NewMicroTime(time.Now())
 	l := &coordinationv1.Lease{}
 	key := client.ObjectKey{Namespace: chartNS, Name: vocab.AgentLeasePrefix + node}
-	if err := c.Get(ctx, key, l); apierrors.IsNotFound(err) {
+	err := c.Get(ctx, key, l)
+	if apierrors.IsNotFound(err) {
 		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: chartNS, Name: key.Name},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("agent-" + node), LeaseDurationSeconds: ptr.To[int32](15), RenewTime: &now}}
-		must(t, c.Create(ctx, l))
-		return
-	} else {
-		must(t, err)
+		return c.Create(ctx, l)
+	}
+	if err != nil {
+		return err
 	}
 	l.Spec.RenewTime = &now
-	must(t, c.Update(ctx, l))
+	return c.Update(ctx, l)
 }
 
 // workload makes an opted-in (or not) Deployment whose pods run the runtime on kwok nodes.

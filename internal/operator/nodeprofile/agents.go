@@ -23,6 +23,9 @@ const maxProblemMessage = 1000
 type AgentFacts struct {
 	// Fresh reports whether a node's agent renewed its Lease recently.
 	Fresh func(node string) bool
+	// Silent reports whether a node's agent is known to have stopped (nil: none is): such
+	// a node is excluded from waves (rollout.PhaseStuck).
+	Silent func(node string) bool
 	// LastBeat is a node's last renewal on the operator's clock, if one was seen.
 	LastBeat func(node string) (time.Time, bool)
 	// Pods reads the agents' pods (the DaemonSet's); called only when some node is not

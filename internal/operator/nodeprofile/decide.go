@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -61,7 +62,9 @@ type Decision struct {
 	Assigned []string
 	// Halted are the runtime IDs whose rotation is halted in this pool.
 	Halted []string
-	Events []Event
+	// NextDeadline is the earliest installBy ahead of an installing node (zero: none).
+	NextDeadline time.Time
+	Events       []Event
 	// AddFinalizer: the profile lacks the cleanup finalizer (added before any node is
 	// served); ReleaseFinalizer: it is being deleted and no node owes it anything.
 	AddFinalizer, ReleaseFinalizer bool
@@ -104,6 +107,7 @@ func Decide(in Input) Decision {
 
 	// Per ID: the rollout across this profile's nodes.
 	allowed := map[string]map[string]int64{}
+	installBy := map[string]map[string]*metav1.Time{}
 	pol := rollout.PolicyOf(p.Spec.Rollout, len(assigned))
 	for _, o := range p.Spec.RuntimeImages {
 		ri := in.Images[o.ID]
@@ -113,10 +117,19 @@ func Decide(in Input) Decision {
 		t := rollout.Target{Epoch: ri.UID, Generation: ri.Status.Generation}
 		nodes := make([]rollout.Node, 0, len(assigned))
 		for _, n := range assigned {
-			nodes = append(nodes, rollout.Node{Name: n.Name, Allowed: directive(in.Runtimes[n.Name], o.ID).AllowedGeneration, Report: report(in.Runtimes[n.Name], o.ID)})
+			dir := directive(in.Runtimes[n.Name], o.ID)
+			silent := in.Agents.Silent != nil && in.Agents.Silent(n.Name)
+			nodes = append(nodes, rollout.Node{Name: n.Name, Allowed: dir.AllowedGeneration, InstallBy: dir.InstallBy,
+				Report: report(in.Runtimes[n.Name], o.ID), Silent: silent})
 		}
-		rd := rollout.Decide(t, nodes, pol)
+		idPol := pol
+		idPol.Paused = ri.Spec.Paused
+		rd := rollout.Decide(t, nodes, idPol, in.Now.Time)
 		allowed[o.ID] = rd.Allowed
+		installBy[o.ID] = rd.InstallBy
+		if !rd.NextDeadline.IsZero() && (d.NextDeadline.IsZero() || rd.NextDeadline.Before(d.NextDeadline)) {
+			d.NextDeadline = rd.NextDeadline
+		}
 		if rd.Halted {
 			d.Halted = append(d.Halted, o.ID)
 		}
@@ -138,7 +151,8 @@ func Decide(in Input) Decision {
 			}
 			// Quarantine is another writer's directive (a stalled node); it is kept as read.
 			spec.Runtimes = append(spec.Runtimes, brewletv1.RuntimeDirective{ID: o.ID, Install: install,
-				AllowedGeneration: allowed[o.ID][n.Name], Quarantine: old.Quarantine, QuarantineReason: old.QuarantineReason})
+				AllowedGeneration: allowed[o.ID][n.Name], InstallBy: installBy[o.ID][n.Name],
+				Quarantine: old.Quarantine, QuarantineReason: old.QuarantineReason})
 		}
 		d.Specs[n.Name] = spec
 		if nodeReady(nrt, p, in.Images) {
@@ -276,9 +290,22 @@ func SpecEqual(a, b brewletv1.NodeRuntimeSpec) bool {
 		return false
 	}
 	for i := range a.Runtimes {
-		if a.Runtimes[i] != b.Runtimes[i] {
+		x, y := a.Runtimes[i], b.Runtimes[i]
+		if !timeEqual(x.InstallBy, y.InstallBy) {
+			return false
+		}
+		x.InstallBy, y.InstallBy = nil, nil
+		if x != y {
 			return false
 		}
 	}
 	return true
+}
+
+// timeEqual compares optional times as the API stores them (whole seconds).
+func timeEqual(a, b *metav1.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Unix() == b.Unix()
 }

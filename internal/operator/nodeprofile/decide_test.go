@@ -14,6 +14,7 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/nodepool"
+	"brewlet.sh/brewlet/internal/operator/rollout"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -146,11 +147,13 @@ func TestSpecs(t *testing.T) {
 	in := input(p, nil, []corev1.Node{node("a", "general"), node("b", "general")}, []*brewletv1.RuntimeImage{img("py", 2), img("node", 1)},
 		nrt("a", ready("py", 1)), quarantined)
 	d := Decide(in)
+	// A node let through gets its deadline (installBy); one held by the wave gets none.
+	by := &metav1.Time{Time: now.Add(rollout.DefaultNodeTimeout)}
 	want := map[string]brewletv1.NodeRuntimeSpec{
 		"a": {ContainerdRestart: "validated", Runtimes: []brewletv1.RuntimeDirective{
-			{ID: "py", Install: "Eager", AllowedGeneration: 2}, {ID: "node", Install: "OnDemand", AllowedGeneration: 1}}},
+			{ID: "py", Install: "Eager", AllowedGeneration: 2, InstallBy: by}, {ID: "node", Install: "OnDemand", AllowedGeneration: 1, InstallBy: by}}},
 		"b": {ContainerdRestart: "validated", Runtimes: []brewletv1.RuntimeDirective{
-			{ID: "py", Install: "Eager", AllowedGeneration: 1, Quarantine: true, QuarantineReason: "stalled"}, {ID: "node", Install: "OnDemand", AllowedGeneration: 1}}},
+			{ID: "py", Install: "Eager", AllowedGeneration: 1, Quarantine: true, QuarantineReason: "stalled"}, {ID: "node", Install: "OnDemand", AllowedGeneration: 1, InstallBy: by}}},
 	}
 	for n, w := range want {
 		if !SpecEqual(d.Specs[n], w) {

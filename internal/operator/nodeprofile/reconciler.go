@@ -18,6 +18,7 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/operator/finalizers"
+	"brewlet.sh/brewlet/internal/operator/rollout"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -46,6 +47,7 @@ type Reconciler struct {
 // Heartbeats is what the reconciler needs of the operator's heartbeat clock.
 type Heartbeats interface {
 	Fresh(node string, now time.Time) bool
+	Silent(node string, now time.Time) bool
 	LastBeat(node string) (time.Time, bool)
 	StaleAfterOrDefault() time.Duration
 }
@@ -80,7 +82,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		return reconcile.Result{}, nil // the update wakes the next pass
 	}
 	err = r.write(ctx, p, in, d)
-	if after := r.agentRequeue(d); err == nil && after > 0 {
+	if after := rollout.Recheck(r.agentRequeue(d), d.NextDeadline, in.Now.Time); err == nil && after > 0 {
 		defer func() {
 			if res.IsZero() && err == nil {
 				res = reconcile.Result{RequeueAfter: after}
@@ -104,7 +106,8 @@ func (r *Reconciler) read(ctx context.Context, p *brewletv1.NodeProfile) (Input,
 	in := Input{Profile: p, Images: map[string]*brewletv1.RuntimeImage{}, Runtimes: map[string]*brewletv1.NodeRuntime{}, Now: r.now()}
 	if r.Beats != nil {
 		now := in.Now.Time
-		in.Agents = AgentFacts{Fresh: func(n string) bool { return r.Beats.Fresh(n, now) }, LastBeat: r.Beats.LastBeat}
+		in.Agents = AgentFacts{Fresh: func(n string) bool { return r.Beats.Fresh(n, now) }, LastBeat: r.Beats.LastBeat,
+			Silent: func(n string) bool { return r.Beats.Silent(n, now) }}
 		if r.AgentPods != nil {
 			in.Agents.Pods = func() ([]corev1.Pod, error) { return r.AgentPods(ctx) }
 		}

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -81,6 +82,25 @@ type Workload struct {
 	RolledOut bool
 	// Pods are the workload's pods (by its selector) running this runtime ID.
 	Pods []Pod
+	// Priority orders restarts, higher first (PriorityOf its annotation).
+	Priority int
+}
+
+// Restart priorities outside these bounds are not priorities: they count as 0.
+const (
+	minPriority = -1000
+	maxPriority = 1000
+)
+
+// PriorityOf reads a workload's brewlet.sh/restart-priority annotation. Anyone who can
+// edit the workload can set it, and it only orders that owner's restart among the others:
+// a value that is not a small integer counts as the default 0.
+func PriorityOf(v string) int {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < minPriority || n > maxPriority {
+		return 0
+	}
+	return n
 }
 
 // Key identifies a workload in status and events.
@@ -98,13 +118,21 @@ type Pod struct {
 type Policy struct {
 	MaxConcurrent    int
 	ProgressDeadline time.Duration
+	// MaxFailures is how many restarts of one target may fail before no further one
+	// starts (0: the first failure halts).
+	MaxFailures int
 }
+
+// maxNamedFailures bounds the workloads a halt message names.
+const maxNamedFailures = 5
 
 // Target is the generation workloads move to, once every node serves it.
 type Target struct {
 	Barrier
 	// CompletedAt is the rotation's rotationCompletedAt (zero while it is incomplete).
 	CompletedAt time.Time
+	// Paused: the RuntimeImage's spec.paused; no restart starts.
+	Paused bool
 }
 
 // TargetOf returns the RuntimeImage's restart target; ok is false while its current
@@ -117,7 +145,8 @@ func TargetOf(ri *brewletv1.RuntimeImage) (Target, bool) {
 		rot.Target.Generation != st.Generation || !meta.IsStatusConditionTrue(st.Conditions, string(vocab.ConditionRotationComplete)) {
 		return Target{}, false
 	}
-	return Target{Barrier: Barrier{ID: ri.Name, Epoch: ri.UID, Generation: st.Generation}, CompletedAt: rot.RotationCompletedAt.Time}, true
+	return Target{Barrier: Barrier{ID: ri.Name, Epoch: ri.UID, Generation: st.Generation}, CompletedAt: rot.RotationCompletedAt.Time,
+		Paused: ri.Spec.Paused}, true
 }
 
 // Tasks are what the nodes' reports show for one runtime ID.
@@ -132,7 +161,9 @@ type Tasks struct {
 	Trusted map[string]bool
 	// Unsettled are the nodes that do not serve the target (still installing it, waiting
 	// for their wave, or excluded after failing it), with why: a restart would put pods
-	// back on the generation they have.
+	// back on the generation they have. Stuck nodes (rollout.PhaseStuck) are not among
+	// them: waiting for a node that may never move would hold the workload forever, so
+	// its pods are restarted like those of any node (an untrusted report means restart).
 	Unsettled map[string]string
 }
 
@@ -145,8 +176,9 @@ type PodOnNode struct {
 // TasksOf collects the ID's tasks from complete reports of nodes whose agent is alive
 // (fresh); a stale or incomplete report proves nothing, so its node's pods count as
 // unreported. It also notes the nodes that report the ID in the target's epoch without
-// serving the target.
-func TasksOf(t Target, reports []brewletv1.NodeRuntime, fresh func(node string) bool) Tasks {
+// serving the target and without being stuck (silent: the agent is known to have stopped;
+// see rollout.PhaseAt).
+func TasksOf(t Target, reports []brewletv1.NodeRuntime, fresh, silent func(node string) bool, now time.Time) Tasks {
 	out := Tasks{ByPod: map[PodOnNode][]brewletv1.NodeTask{}, Trusted: map[string]bool{}, Unsettled: map[string]string{}}
 	rt := rollout.Target{Epoch: t.Epoch, Generation: t.Generation}
 	for i := range reports {
@@ -156,7 +188,7 @@ func TasksOf(t Target, reports []brewletv1.NodeRuntime, fresh func(node string) 
 			if e.ID != t.ID || e.Epoch != t.Epoch || e.State == string(vocab.StateRevoked) {
 				continue
 			}
-			switch rollout.PhaseOf(rt, rollout.Node{Report: e}) {
+			switch rollout.PhaseAt(rt, rollout.NodeOf(r, e, silent), now) {
 			case rollout.PhaseFailed:
 				why := e.Reason
 				if why == "" {
@@ -300,17 +332,34 @@ func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.Wo
 		actions = append(actions, Action{Workload: w, Record: rec})
 	}
 	// Workloads whose last patch was refused go last: they must not take every slot again
-	// and starve the others.
+	// and starve the others. Otherwise higher priority first (canaries), then by name.
 	slices.SortStableFunc(waiting, func(a, b int) int {
 		ra, rb := actions[a].Record.Reason == ReasonPatchRefused, actions[b].Record.Reason == ReasonPatchRefused
 		switch {
-		case ra == rb:
-			return 0
-		case ra:
+		case ra != rb && ra:
 			return 1
+		case ra != rb:
+			return -1
 		}
-		return -1
+		return actions[b].Workload.Priority - actions[a].Workload.Priority
 	})
+	if t.Paused {
+		for _, i := range waiting {
+			a := &actions[i]
+			a.Record.Reason = string(vocab.ReasonRotationPaused)
+			a.Record.Message = fmt.Sprintf("RuntimeImage %s has spec.paused: no restart starts; set it to false to resume", t.ID)
+		}
+		return actions
+	}
+	if h := HaltOf(actions, t, p); h != nil {
+		// Health gate: the new generation hurt too many workloads. Nothing new starts;
+		// restarts in progress finish; the waiting ones say why they wait.
+		for _, i := range waiting {
+			a := &actions[i]
+			a.Record.Reason, a.Record.Message = string(vocab.ReasonRestartsHalted), h.Message
+		}
+		return actions
+	}
 	for _, i := range waiting {
 		if busy >= p.MaxConcurrent {
 			break
@@ -323,6 +372,31 @@ func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.Wo
 		a.Record.StartedAt = &metav1.Time{Time: now}
 	}
 	return actions
+}
+
+// HaltOf is the restart halt of the target when more of the actions' restarts failed than
+// p.MaxFailures (nil: restarts go on).
+func HaltOf(actions []Action, t Target, p Policy) *brewletv1.RestartsHalt {
+	var failed []string
+	for _, a := range actions {
+		if a.Record.Outcome == OutcomeFailed {
+			failed = append(failed, a.Workload.Key())
+		}
+	}
+	if len(failed) <= p.MaxFailures {
+		return nil
+	}
+	named := failed[:min(len(failed), maxNamedFailures)]
+	msg := fmt.Sprintf("%d restarted workload(s) failed on %s generation %d, more than the restart failure budget %d: no further restart starts; those in progress finish. Failed: %s",
+		len(failed), t.ID, t.Generation, p.MaxFailures, strings.Join(named, ", "))
+	if len(failed) > len(named) {
+		msg += fmt.Sprintf(" and %d more", len(failed)-len(named))
+	}
+	msg += ". Fix the runtime image and set a new digest (or the previous one, to roll back): a new generation starts restarts afresh"
+	if len(msg) > 1024 {
+		msg = msg[:1021] + "..."
+	}
+	return &brewletv1.RestartsHalt{Failed: int32(len(failed)), MaxFailures: int32(p.MaxFailures), Message: msg}
 }
 
 // recordRank orders records when there are more than MaxRecorded: those holding a slot

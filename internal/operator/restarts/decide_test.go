@@ -20,7 +20,7 @@ var (
 	completed = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	now       = completed.Add(20 * time.Minute)
 	target    = Target{Barrier: Barrier{ID: "python", Epoch: epoch, Generation: 3}, CompletedAt: completed}
-	policy    = Policy{MaxConcurrent: 2, ProgressDeadline: 10 * time.Minute}
+	policy    = Policy{MaxConcurrent: 2, ProgressDeadline: 10 * time.Minute, MaxFailures: 10}
 	before    = completed.Add(-time.Hour)
 )
 
@@ -183,7 +183,7 @@ func TestTasksOfTrustsOnlyFreshCompleteReports(t *testing.T) {
 		return n
 	}
 	tasks := TasksOf(target, []brewletv1.NodeRuntime{rep("fresh", true), rep("stale", true), rep("incomplete", false)},
-		func(n string) bool { return n != "stale" })
+		func(n string) bool { return n != "stale" }, nil, completed.Add(time.Hour))
 	if len(tasks.ByPod) != 1 || len(tasks.ByPod[PodOnNode{"fresh", "pod-fresh"}]) != 1 || !tasks.Trusted["fresh"] || len(tasks.Trusted) != 1 {
 		t.Fatalf("tasks %+v: only the fresh, complete node's python task counts", tasks)
 	}
@@ -275,7 +275,12 @@ func TestTasksOfNotesUnsettledNodes(t *testing.T) {
 		n.Status.Runtimes = []brewletv1.NodeRuntimeEntry{e}
 		return n
 	}
+	late := metav1.NewTime(completed.Add(-time.Minute))
+	timedOut := rep("timed-out", brewletv1.NodeRuntimeEntry{Epoch: epoch, Generation: 3, State: string(vocab.StateInstalling)})
+	timedOut.Spec.Runtimes = []brewletv1.RuntimeDirective{{ID: "python", AllowedGeneration: 3, InstallBy: &late}}
 	reports := []brewletv1.NodeRuntime{
+		timedOut,
+		rep("silent", brewletv1.NodeRuntimeEntry{Epoch: epoch, Generation: 2, State: string(vocab.StateReady)}),
 		rep("current", brewletv1.NodeRuntimeEntry{Epoch: epoch, Generation: 3, State: string(vocab.StateReady)}),
 		rep("installing", brewletv1.NodeRuntimeEntry{Epoch: epoch, Generation: 3, State: string(vocab.StateInstalling)}),
 		rep("failed", brewletv1.NodeRuntimeEntry{Epoch: epoch, Generation: 2, FailedGeneration: 3, State: string(vocab.StateReady), Reason: "LayerPathViolation"}),
@@ -283,7 +288,8 @@ func TestTasksOfNotesUnsettledNodes(t *testing.T) {
 		rep("revoked", brewletv1.NodeRuntimeEntry{Epoch: epoch, Generation: 2, State: string(vocab.StateRevoked)}),
 		rep("other-epoch", brewletv1.NodeRuntimeEntry{Epoch: "e-0", Generation: 1, State: string(vocab.StateReady)}),
 	}
-	got := TasksOf(target, reports, func(string) bool { return true }).Unsettled
+	// Stuck nodes (past installBy, or silent) are not unsettled: their workloads restart.
+	got := TasksOf(target, reports, func(n string) bool { return n != "silent" }, func(n string) bool { return n == "silent" }, completed).Unsettled
 	var names []string
 	for n := range got {
 		names = append(names, n)
@@ -314,10 +320,112 @@ func TestTasksOfReadsANodeOnlyForItsOwnPods(t *testing.T) {
 		{"another node claims the pod is current, its own node says old", []brewletv1.NodeRuntime{rep("n", "p1", 1), rep("liar", "p1", target.Generation)}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tasks := TasksOf(target, tc.reports, fresh)
+			tasks := TasksOf(target, tc.reports, fresh, nil, completed)
 			if got := needsRestart(wl("a", onN), target, tasks); got != tc.restart {
 				t.Fatalf("needsRestart = %v, want %v (tasks %+v)", got, tc.restart, tasks.ByPod)
 			}
 		})
+	}
+}
+
+// The health gate: once more restarts of the target failed than MaxFailures, nothing new
+// starts, running restarts go on, and the waiting ones say why. Restarts start by
+// priority, higher first, so a canary fails before the rest is touched.
+func TestDecideHealthGate(t *testing.T) {
+	late := &metav1.Time{Time: now.Add(-11 * time.Minute)}
+	started := &metav1.Time{Time: now.Add(-time.Minute)}
+	failedA := brewletv1.WorkloadRestart{Kind: "Deployment", Namespace: "ns", Name: "a", Outcome: OutcomeInProgress, StartedAt: late}
+	patched := func(name string) Workload {
+		w := wl(name, pod("p-"+name, before))
+		w.Barrier = barrier(3, epoch)
+		return w
+	}
+	tasks := running(map[string]int64{"p-a": 2, "p-b": 2, "p-c": 2, "p-d": 2})
+	for _, tc := range []struct {
+		name      string
+		workloads []Workload
+		previous  []brewletv1.WorkloadRestart
+		max       int
+		want      string
+		halted    bool
+	}{
+		{"one failure within a budget of 1: the others start", []Workload{patched("a"), wl("b", pod("p-b", before))},
+			[]brewletv1.WorkloadRestart{failedA}, 1, "a:Failed b:InProgress+patch", false},
+		{"one failure over a budget of 0: nothing new starts", []Workload{patched("a"), wl("b", pod("p-b", before)), wl("c", pod("p-c", before))},
+			[]brewletv1.WorkloadRestart{failedA}, 0, "a:Failed b:Pending c:Pending", true},
+		{"a restart in progress finishes under a halt", []Workload{patched("a"), patched("d"), wl("b", pod("p-b", before))},
+			[]brewletv1.WorkloadRestart{failedA, {Kind: "Deployment", Namespace: "ns", Name: "d", Outcome: OutcomeInProgress, StartedAt: started}},
+			0, "a:Failed b:Pending d:InProgress", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Policy{MaxConcurrent: 5, ProgressDeadline: 10 * time.Minute, MaxFailures: tc.max}
+			got := Decide(target, tc.workloads, tasks, tc.previous, 0, p, now)
+			if s := summary(got); s != tc.want {
+				t.Fatalf("got %q, want %q", s, tc.want)
+			}
+			h := HaltOf(got, target, p)
+			if (h != nil) != tc.halted {
+				t.Fatalf("halt %+v, want halted=%v", h, tc.halted)
+			}
+			if h == nil {
+				return
+			}
+			if h.Failed != 1 || h.MaxFailures != int32(tc.max) || !strings.Contains(h.Message, "Deployment/ns/a") {
+				t.Errorf("halt %+v", h)
+			}
+			for _, a := range got {
+				if a.Record.Outcome == OutcomePending && (a.Record.Reason != string(vocab.ReasonRestartsHalted) || a.Record.Message != h.Message) {
+					t.Errorf("%s waits without saying why: %+v", a.Workload.Name, a.Record)
+				}
+			}
+		})
+	}
+}
+
+func TestRestartPriority(t *testing.T) {
+	for v, want := range map[string]int{"": 0, "10": 10, "-5": -5, "1000": 1000, "1001": 0, "-1001": 0, "ten": 0, "1e3": 0, " 5": 0,
+		"99999999999999999999": 0} {
+		if got := PriorityOf(v); got != want {
+			t.Errorf("PriorityOf(%q) = %d, want %d", v, got, want)
+		}
+	}
+	// One slot: the highest priority takes it, whatever the names say.
+	withPrio := func(name string, prio int) Workload {
+		w := wl(name, pod("p-"+name, before))
+		w.Priority = prio
+		return w
+	}
+	got := Decide(target, []Workload{withPrio("a", 0), withPrio("b", -1), withPrio("z-canary", 100)},
+		running(map[string]int64{"p-a": 2, "p-b": 2, "p-z-canary": 2}), nil, 0, Policy{MaxConcurrent: 1, ProgressDeadline: time.Minute, MaxFailures: 1}, now)
+	if s := summary(got); s != "a:Pending b:Pending z-canary:InProgress+patch" {
+		t.Fatalf("got %q: the canary goes first", s)
+	}
+}
+
+func FuzzPriorityOf(f *testing.F) {
+	for _, s := range []string{"", "0", "-1000", "1000", "x", "+3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		if p := PriorityOf(v); p < minPriority || p > maxPriority {
+			t.Fatalf("PriorityOf(%q) = %d out of bounds", v, p)
+		}
+	})
+}
+
+// spec.paused starts no restart; the one in progress goes on.
+func TestDecidePaused(t *testing.T) {
+	paused := target
+	paused.Paused = true
+	inProgress := wl("a", pod("p-a", before))
+	inProgress.Barrier = barrier(3, epoch)
+	got := Decide(paused, []Workload{inProgress, wl("b", pod("p-b", before))}, running(map[string]int64{"p-a": 2, "p-b": 2}),
+		[]brewletv1.WorkloadRestart{{Kind: "Deployment", Namespace: "ns", Name: "a", Outcome: OutcomeInProgress, StartedAt: &metav1.Time{Time: now.Add(-time.Minute)}}},
+		0, policy, now)
+	if s := summary(got); s != "a:InProgress b:Pending" {
+		t.Fatalf("got %q", s)
+	}
+	if r := got[1].Record; r.Reason != string(vocab.ReasonRotationPaused) || !strings.Contains(r.Message, "spec.paused") {
+		t.Errorf("paused record %+v", r)
 	}
 }

@@ -57,7 +57,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	beats := r.Beats.Heartbeats()
 	now := r.now()
-	tasks := TasksOf(t, reports.Items, func(n string) bool { return beats.Fresh(n, now, r.staleAfter()) })
+	tasks := TasksOf(t, reports.Items, func(n string) bool { return beats.Fresh(n, now, r.staleAfter()) },
+		func(n string) bool { return r.Beats.Silent(n, now) }, now)
 	inFlight, err := r.inFlightElsewhere(ctx, ri.Name)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -89,12 +90,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.event(a.Workload, corev1.EventTypeNormal, "RotationRestart", a.Record.Message)
 	}
 	records, counts := Records(actions)
+	halt := HaltOf(actions, t, r.Policy)
+	if halt != nil && (ri.Status.Rotation == nil || ri.Status.Rotation.RestartsHalted == nil) && r.Recorder != nil {
+		r.Recorder.Eventf(ri, nil, corev1.EventTypeWarning, string(vocab.ReasonRestartsHalted), "RotationRestart", "%s", halt.Message)
+	}
 	for _, a := range actions {
 		if a.Record.Outcome == OutcomeFailed && !wasFailed(previous, a.Record) {
 			r.event(a.Workload, corev1.EventTypeWarning, "RotationRestartFailed", a.Record.Message)
 		}
 	}
-	if err := r.record(ctx, ri, records, counts); err != nil {
+	if err := r.record(ctx, ri, records, counts, halt); err != nil {
 		return reconcile.Result{}, err
 	}
 	observe(t.ID, counts)
@@ -117,12 +122,13 @@ func wasFailed(previous []brewletv1.WorkloadRestart, rec brewletv1.WorkloadResta
 // RuntimeImage controller writes the rest of the status, often: a JSON patch that touches
 // only these two fields, tested against the target the records are about, never conflicts
 // with those writes and never lands on another target's rotation.
-func (r *Reconciler) record(ctx context.Context, ri *brewletv1.RuntimeImage, records []brewletv1.WorkloadRestart, counts *brewletv1.RestartCounts) error {
+func (r *Reconciler) record(ctx context.Context, ri *brewletv1.RuntimeImage, records []brewletv1.WorkloadRestart, counts *brewletv1.RestartCounts, halt *brewletv1.RestartsHalt) error {
 	rot := ri.Status.Rotation
 	if rot == nil {
 		return nil // the target changed under us: the next pass decides again
 	}
-	if equality.Semantic.DeepEqual(rot.Restarts, records) && equality.Semantic.DeepEqual(rot.RestartCounts, counts) {
+	if equality.Semantic.DeepEqual(rot.Restarts, records) && equality.Semantic.DeepEqual(rot.RestartCounts, counts) &&
+		equality.Semantic.DeepEqual(rot.RestartsHalted, halt) {
 		return nil
 	}
 	body, err := json.Marshal([]map[string]any{
@@ -132,6 +138,7 @@ func (r *Reconciler) record(ctx context.Context, ri *brewletv1.RuntimeImage, rec
 		{"op": "test", "path": "/status/rotation/target/digest", "value": rot.Target.Digest},
 		{"op": "add", "path": "/status/rotation/restarts", "value": records},
 		{"op": "add", "path": "/status/rotation/restartCounts", "value": counts},
+		{"op": "add", "path": "/status/rotation/restartsHalted", "value": halt},
 	})
 	if err != nil {
 		return err
@@ -234,7 +241,8 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 	for i := range deps.Items {
 		d := &deps.Items[i]
 		w := Workload{Kind: "Deployment", Namespace: d.Namespace, Name: d.Name,
-			Barrier: d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration], RolledOut: deploymentRolledOut(d)}
+			Barrier: d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration], RolledOut: deploymentRolledOut(d),
+			Priority: PriorityOf(d.Annotations[vocab.AnnotationRestartPriority])}
 		if d.Spec.Paused {
 			w.Deferred = "the Deployment is paused: resume it to let the restart roll out"
 		}
@@ -248,7 +256,8 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 	for i := range sets.Items {
 		s := &sets.Items[i]
 		w := Workload{Kind: "StatefulSet", Namespace: s.Namespace, Name: s.Name,
-			Barrier: s.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration], RolledOut: statefulSetRolledOut(s)}
+			Barrier: s.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration], RolledOut: statefulSetRolledOut(s),
+			Priority: PriorityOf(s.Annotations[vocab.AnnotationRestartPriority])}
 		switch u := s.Spec.UpdateStrategy; {
 		case u.Type == appsv1.OnDeleteStatefulSetStrategyType:
 			w.NotApplicable = true
@@ -266,7 +275,8 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 		d := &dss.Items[i]
 		w := Workload{Kind: "DaemonSet", Namespace: d.Namespace, Name: d.Name,
 			Barrier: d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration], RolledOut: daemonSetRolledOut(d),
-			NotApplicable: d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType}
+			NotApplicable: d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType,
+			Priority:      PriorityOf(d.Annotations[vocab.AnnotationRestartPriority])}
 		w.Pods = podsOf(pods.selected(w.Namespace, d.Spec.Selector))
 		out = append(out, w)
 	}

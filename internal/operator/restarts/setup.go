@@ -27,6 +27,8 @@ type Options struct {
 	Enabled          bool
 	MaxConcurrent    int           // at most this many workloads restarting at once (default 5)
 	ProgressDeadline time.Duration // a restart not rolled out by then is Failed and frees its slot (default 10m)
+	// MaxFailures: once more restarts of one target failed, no further one starts.
+	MaxFailures int
 	// Namespaces limits restarts (and what the operator watches) to these; empty: all.
 	Namespaces []string
 }
@@ -45,7 +47,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options, beats *runtimeim
 			return err
 		}
 	}
-	p := Policy{MaxConcurrent: o.MaxConcurrent, ProgressDeadline: o.ProgressDeadline}
+	p := Policy{MaxConcurrent: o.MaxConcurrent, ProgressDeadline: o.ProgressDeadline, MaxFailures: max(o.MaxFailures, 0)}
 	if p.MaxConcurrent <= 0 {
 		p.MaxConcurrent = 5
 	}

@@ -7,7 +7,9 @@ package rollout
 
 import (
 	"slices"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -18,19 +20,28 @@ import (
 // DefaultMaxFailures is rollout.maxFailures when the profile does not set it.
 const DefaultMaxFailures = 1
 
+// DefaultNodeTimeout is rollout.nodeTimeout when the profile does not set it: an install
+// is bounded by the agent's own deadline (a few minutes) and retried, so a node that has
+// neither served nor failed the generation after this long is not going to soon.
+const DefaultNodeTimeout = 10 * time.Minute
+
 // Policy is a profile's rollout policy resolved for a pool of a given size.
 type Policy struct {
 	// MaxUnavailable is how many nodes may be installing the target at once (at least 1).
 	MaxUnavailable int
 	// MaxFailures is how many nodes may fail the target before the rotation halts.
 	MaxFailures int
+	// NodeTimeout is how long an allowed node may take before it is excluded (NodeTimedOut).
+	NodeTimeout time.Duration
+	// Paused (the RuntimeImage's spec.paused): no waiting node is let through.
+	Paused bool
 }
 
 // PolicyOf resolves rollout for a pool of poolSize nodes. maxUnavailable defaults to the
 // whole pool; a percentage is of the pool, rounded up; anything below 1 becomes 1 (a wave
 // of no node would never finish the rotation).
 func PolicyOf(r *brewletv1.RolloutPolicy, poolSize int) Policy {
-	p := Policy{MaxUnavailable: poolSize, MaxFailures: DefaultMaxFailures}
+	p := Policy{MaxUnavailable: poolSize, MaxFailures: DefaultMaxFailures, NodeTimeout: DefaultNodeTimeout}
 	if r != nil && r.MaxUnavailable != nil {
 		if v, err := intstr.GetScaledValueFromIntOrPercent(r.MaxUnavailable, poolSize, true); err == nil {
 			p.MaxUnavailable = v
@@ -38,6 +49,9 @@ func PolicyOf(r *brewletv1.RolloutPolicy, poolSize int) Policy {
 	}
 	if r != nil && r.MaxFailures != nil {
 		p.MaxFailures = int(*r.MaxFailures)
+	}
+	if r != nil && r.NodeTimeout != nil && r.NodeTimeout.Duration > 0 {
+		p.NodeTimeout = r.NodeTimeout.Duration
 	}
 	if p.MaxUnavailable < 1 {
 		p.MaxUnavailable = 1
@@ -55,11 +69,26 @@ type Target struct {
 }
 
 // Node is one assigned node as read: the allowed generation its NodeRuntime spec holds for
-// the ID (0: none written) and the entry its agent reports for the ID (nil: none).
+// the ID (0: none written) with its installBy, the entry its agent reports for the ID
+// (nil: none), and whether its agent is silent (its heartbeat is stale).
 type Node struct {
-	Name    string
-	Allowed int64
-	Report  *brewletv1.NodeRuntimeEntry
+	Name      string
+	Allowed   int64
+	InstallBy *metav1.Time
+	Report    *brewletv1.NodeRuntimeEntry
+	Silent    bool
+}
+
+// NodeOf is what a NodeRuntime says about its entry e for PhaseAt: the allowance and
+// installBy its spec holds for e's ID, the entry, and whether silent says its agent stopped.
+func NodeOf(nrt *brewletv1.NodeRuntime, e *brewletv1.NodeRuntimeEntry, silent func(node string) bool) Node {
+	n := Node{Name: nrt.Name, Report: e, Silent: silent != nil && silent(nrt.Name)}
+	for _, d := range nrt.Spec.Runtimes {
+		if d.ID == e.ID {
+			n.Allowed, n.InstallBy = d.AllowedGeneration, d.InstallBy
+		}
+	}
+	return n
 }
 
 // Phase is where one node stands in the rotation to the target.
@@ -70,6 +99,10 @@ const (
 	PhaseInstalling Phase = "Installing" // allowed the target, not serving it yet
 	PhaseFailed     Phase = "Failed"     // reported Failed for the target
 	PhaseWaiting    Phase = "Waiting"    // not allowed the target yet (a later wave)
+	// PhaseStuck: allowed the target but neither serving nor failing it past its installBy,
+	// or installing or waiting while its agent is silent. Excluded from the rotation: it
+	// takes no wave slot, counts no failure, and rejoins when it reports.
+	PhaseStuck Phase = "Stuck"
 )
 
 // Decision is the allowed generation per node and the rotation's state.
@@ -78,11 +111,19 @@ type Decision struct {
 	// RuntimeImage has no generation) means "the current generation", which is also what
 	// the agent does without a directive.
 	Allowed map[string]int64
-	Phases  map[string]Phase
+	// InstallBy is the installBy to write with Allowed per node (nil: none): kept while
+	// the allowance stays, now+NodeTimeout when it is raised.
+	InstallBy map[string]*metav1.Time
+	Phases    map[string]Phase
 	// Halted: more than MaxFailures nodes failed the target; no further node is allowed it.
 	Halted bool
 	// Failed are the nodes that failed the target, sorted.
 	Failed []string
+	// Stuck are the nodes excluded as stuck, with why (StuckReason).
+	Stuck map[string]vocab.Reason
+	// NextDeadline is the earliest installBy still ahead of a node that is installing
+	// (zero: none): time passing changes no object, so the caller looks again then.
+	NextDeadline time.Time
 }
 
 // PhaseOf classifies a node against the target. A report of the target as failed
@@ -110,6 +151,28 @@ func PhaseOf(t Target, n Node) Phase {
 	return PhaseWaiting
 }
 
+// PhaseAt is PhaseOf with the node's deadline and heartbeat applied at now: a node that
+// would be installing past its installBy, or installing or waiting with a silent agent,
+// is stuck. StuckReason says which.
+func PhaseAt(t Target, n Node, now time.Time) Phase {
+	ph := PhaseOf(t, n)
+	switch {
+	case ph == PhaseInstalling && n.Silent, ph == PhaseWaiting && n.Silent:
+		return PhaseStuck
+	case ph == PhaseInstalling && n.InstallBy != nil && now.After(n.InstallBy.Time):
+		return PhaseStuck
+	}
+	return ph
+}
+
+// StuckReason is why PhaseAt found n stuck: AgentNotReporting (silent) or NodeTimedOut.
+func StuckReason(n Node) vocab.Reason {
+	if n.Silent {
+		return vocab.ReasonAgentNotReporting
+	}
+	return vocab.ReasonNodeTimedOut
+}
+
 // Halted reports whether failures exceed the budget.
 func Halted(failed int, p Policy) bool { return failed > p.MaxFailures }
 
@@ -126,25 +189,46 @@ func Halted(failed int, p Policy) bool { return failed > p.MaxFailures }
 // explicitly, never left at 0, so that a second generation assigned before a node's
 // first report finds the node held at 1 rather than reading 0 as "current" and skipping
 // the waves.
-func Decide(t Target, nodes []Node, p Policy) Decision {
-	d := Decision{Allowed: map[string]int64{}, Phases: map[string]Phase{}}
+//
+// A stuck node (PhaseAt) keeps what it was allowed but takes no slot: one node whose agent
+// died or whose install never ends must not hold the next wave back. A silent node is not
+// let through either: when its agent returns it waits for a wave like any other.
+func Decide(t Target, nodes []Node, p Policy, now time.Time) Decision {
+	d := Decision{Allowed: map[string]int64{}, InstallBy: map[string]*metav1.Time{}, Phases: map[string]Phase{}, Stuck: map[string]vocab.Reason{}}
 	if t.Generation < 1 {
 		for _, n := range nodes {
 			d.Allowed[n.Name] = 0
 		}
 		return d
 	}
+	// Whole seconds: the API stores no finer, and a kept deadline must compare equal.
+	deadline := &metav1.Time{Time: now.Add(p.NodeTimeout).Truncate(time.Second)}
+	allow := func(n Node) {
+		d.Allowed[n.Name] = t.Generation
+		d.InstallBy[n.Name] = n.InstallBy
+		if n.Allowed != t.Generation || n.InstallBy == nil {
+			d.InstallBy[n.Name] = deadline
+		}
+	}
 	installing := 0
 	var waiting []Node
 	for _, n := range nodes {
-		ph := PhaseOf(t, n)
+		ph := PhaseAt(t, n, now)
 		d.Phases[n.Name] = ph
 		switch ph {
 		case PhaseCurrent, PhaseFailed:
-			d.Allowed[n.Name] = t.Generation
+			allow(n)
 		case PhaseInstalling:
 			installing++
-			d.Allowed[n.Name] = t.Generation
+			allow(n)
+			d.NextDeadline = Earliest(d.NextDeadline, d.InstallBy[n.Name])
+		case PhaseStuck:
+			d.Stuck[n.Name] = StuckReason(n)
+			if PhaseOf(t, n) == PhaseWaiting && t.Generation > 1 {
+				d.Allowed[n.Name] = held(t, n)
+			} else {
+				allow(n)
+			}
 		case PhaseWaiting:
 			waiting = append(waiting, n)
 		}
@@ -166,19 +250,41 @@ func Decide(t Target, nodes []Node, p Policy) Decision {
 	slots := p.MaxUnavailable - installing
 	for _, n := range waiting {
 		if t.Generation == 1 {
-			d.Allowed[n.Name] = 1
+			allow(n)
 			d.Phases[n.Name] = PhaseInstalling
 			continue
 		}
-		if !d.Halted && slots > 0 {
+		if !d.Halted && !p.Paused && slots > 0 {
 			slots--
-			d.Allowed[n.Name] = t.Generation
+			allow(n)
+			d.NextDeadline = Earliest(d.NextDeadline, d.InstallBy[n.Name])
 			d.Phases[n.Name] = PhaseInstalling
 			continue
 		}
 		d.Allowed[n.Name] = held(t, n)
 	}
 	return d
+}
+
+// Earliest is the earlier of next (zero: none) and by (nil: none).
+func Earliest(next time.Time, by *metav1.Time) time.Time {
+	if by == nil || (!next.IsZero() && !by.Time.Before(next)) {
+		return next
+	}
+	return by.Time
+}
+
+// Recheck is the sooner of after (0: none) and a second past deadline (zero: none): a node
+// running out of rollout.nodeTimeout changes no object, so controllers look again then.
+func Recheck(after time.Duration, deadline, now time.Time) time.Duration {
+	if deadline.IsZero() {
+		return after
+	}
+	until := max(deadline.Sub(now)+time.Second, time.Second)
+	if after == 0 || until < after {
+		return until
+	}
+	return after
 }
 
 // held is the generation a waiting node keeps: the one it serves in this epoch, else the

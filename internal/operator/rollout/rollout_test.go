@@ -3,11 +3,17 @@ package rollout
 import (
 	"maps"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/vocab"
 )
+
+// now is the decisions' clock; deadlines in the tables are relative to it.
+var now = time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
 
 func rep(gen int64, state string) *brewletv1.NodeRuntimeEntry {
 	return &brewletv1.NodeRuntimeEntry{ID: "py", Epoch: "e1", Generation: gen, State: state}
@@ -23,12 +29,14 @@ func TestPolicyOf(t *testing.T) {
 		pool int
 		want Policy
 	}{
-		{"defaults: whole pool, one failure", nil, 7, Policy{7, 1}},
-		{"count", &brewletv1.RolloutPolicy{MaxUnavailable: i(2)}, 7, Policy{2, 1}},
-		{"percentage rounds up", &brewletv1.RolloutPolicy{MaxUnavailable: pct("10%")}, 7, Policy{1, 1}},
-		{"zero becomes one", &brewletv1.RolloutPolicy{MaxUnavailable: i(0)}, 7, Policy{1, 1}},
-		{"empty pool", nil, 0, Policy{1, 1}},
-		{"maxFailures 0", &brewletv1.RolloutPolicy{MaxFailures: f(0)}, 3, Policy{3, 0}},
+		{"defaults: whole pool, one failure", nil, 7, Policy{7, 1, DefaultNodeTimeout, false}},
+		{"count", &brewletv1.RolloutPolicy{MaxUnavailable: i(2)}, 7, Policy{2, 1, DefaultNodeTimeout, false}},
+		{"percentage rounds up", &brewletv1.RolloutPolicy{MaxUnavailable: pct("10%")}, 7, Policy{1, 1, DefaultNodeTimeout, false}},
+		{"zero becomes one", &brewletv1.RolloutPolicy{MaxUnavailable: i(0)}, 7, Policy{1, 1, DefaultNodeTimeout, false}},
+		{"empty pool", nil, 0, Policy{1, 1, DefaultNodeTimeout, false}},
+		{"maxFailures 0", &brewletv1.RolloutPolicy{MaxFailures: f(0)}, 3, Policy{3, 0, DefaultNodeTimeout, false}},
+		{"nodeTimeout", &brewletv1.RolloutPolicy{NodeTimeout: &metav1.Duration{Duration: time.Minute}}, 3, Policy{3, 1, time.Minute, false}},
+		{"nodeTimeout 0 is the default", &brewletv1.RolloutPolicy{NodeTimeout: &metav1.Duration{}}, 3, Policy{3, 1, DefaultNodeTimeout, false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := PolicyOf(tc.r, tc.pool); got != tc.want {
@@ -102,7 +110,7 @@ func TestDecide(t *testing.T) {
 			map[string]int64{"a": 3, "b": 3}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Decide(tc.target, tc.nodes, tc.pol)
+			d := Decide(tc.target, tc.nodes, tc.pol, now)
 			if !maps.Equal(d.Allowed, tc.want) || d.Halted != tc.halted {
 				t.Fatalf("allowed %v halted %v, want %v halted %v", d.Allowed, d.Halted, tc.want, tc.halted)
 			}
@@ -112,7 +120,7 @@ func TestDecide(t *testing.T) {
 				n.Allowed = d.Allowed[n.Name]
 				again = append(again, n)
 			}
-			if d2 := Decide(tc.target, again, tc.pol); !maps.Equal(d2.Allowed, d.Allowed) && tc.target.Generation > 1 {
+			if d2 := Decide(tc.target, again, tc.pol, now); !maps.Equal(d2.Allowed, d.Allowed) && tc.target.Generation > 1 {
 				t.Fatalf("not idempotent: %v then %v", d.Allowed, d2.Allowed)
 			}
 		})
@@ -123,7 +131,7 @@ func TestDecide(t *testing.T) {
 // 1 explicitly, so every node but the first wave stays held at 1.
 func TestSecondGenerationBeforeFirstReports(t *testing.T) {
 	p := Policy{MaxUnavailable: 1, MaxFailures: 1}
-	first := Decide(Target{Epoch: "e1", Generation: 1}, []Node{{Name: "a"}, {Name: "b"}, {Name: "c"}}, p)
+	first := Decide(Target{Epoch: "e1", Generation: 1}, []Node{{Name: "a"}, {Name: "b"}, {Name: "c"}}, p, now)
 	var nodes []Node
 	for _, n := range []string{"a", "b", "c"} {
 		if first.Allowed[n] != 1 {
@@ -131,8 +139,130 @@ func TestSecondGenerationBeforeFirstReports(t *testing.T) {
 		}
 		nodes = append(nodes, Node{Name: n, Allowed: first.Allowed[n]})
 	}
-	second := Decide(Target{Epoch: "e1", Generation: 2}, nodes, p)
+	second := Decide(Target{Epoch: "e1", Generation: 2}, nodes, p, now)
 	if want := map[string]int64{"a": 2, "b": 1, "c": 1}; !maps.Equal(second.Allowed, want) {
 		t.Fatalf("generation 2: allowed %v, want %v", second.Allowed, want)
+	}
+}
+
+// Stuck nodes: past their installBy, or silent, they are excluded and free their slot;
+// they keep what they were allowed, and a silent node is not let through.
+func TestDecideStuck(t *testing.T) {
+	tgt := Target{Epoch: "e1", Generation: 3}
+	one := Policy{MaxUnavailable: 1, MaxFailures: 0, NodeTimeout: time.Minute}
+	past := &metav1.Time{Time: now.Add(-time.Second)}
+	future := &metav1.Time{Time: now.Add(time.Second)}
+	for _, tc := range []struct {
+		name  string
+		nodes []Node
+		want  map[string]int64
+		stuck map[string]vocab.Reason
+	}{
+		{"installing within its deadline holds the wave",
+			[]Node{{Name: "a", Allowed: 3, InstallBy: future, Report: rep(3, "Installing")}, {Name: "b", Allowed: 2, Report: rep(2, "Ready")}},
+			map[string]int64{"a": 3, "b": 2}, map[string]vocab.Reason{}},
+		{"past its deadline: excluded, keeps its allowance, the next wave goes",
+			[]Node{{Name: "a", Allowed: 3, InstallBy: past, Report: rep(3, "Installing")}, {Name: "b", Allowed: 2, Report: rep(2, "Ready")}},
+			map[string]int64{"a": 3, "b": 3}, map[string]vocab.Reason{"a": vocab.ReasonNodeTimedOut}},
+		{"allowed, still serving the old generation past its deadline",
+			[]Node{{Name: "a", Allowed: 3, InstallBy: past, Report: rep(2, "Ready")}, {Name: "b", Allowed: 2, Report: rep(2, "Ready")}},
+			map[string]int64{"a": 3, "b": 3}, map[string]vocab.Reason{"a": vocab.ReasonNodeTimedOut}},
+		{"a silent installing node frees its slot",
+			[]Node{{Name: "a", Allowed: 3, InstallBy: future, Silent: true, Report: rep(3, "Installing")}, {Name: "b", Allowed: 2, Report: rep(2, "Ready")}},
+			map[string]int64{"a": 3, "b": 3}, map[string]vocab.Reason{"a": vocab.ReasonAgentNotReporting}},
+		{"a silent waiting node is not let through and takes no slot",
+			[]Node{{Name: "a", Allowed: 2, Silent: true, Report: rep(2, "Ready")}, {Name: "b", Allowed: 2, Report: rep(2, "Ready")}},
+			map[string]int64{"a": 2, "b": 3}, map[string]vocab.Reason{"a": vocab.ReasonAgentNotReporting}},
+		{"a silent current node is current",
+			[]Node{{Name: "a", Allowed: 3, Silent: true, Report: rep(3, "Ready")}, {Name: "b", Allowed: 2, Report: rep(2, "Ready")}},
+			map[string]int64{"a": 3, "b": 3}, map[string]vocab.Reason{}},
+		{"a stuck node is no failure: maxFailures 0 does not halt",
+			[]Node{{Name: "a", Allowed: 3, InstallBy: past, Report: rep(3, "Installing")}, {Name: "b", Allowed: 2, Report: rep(2, "Ready")}, {Name: "c", Allowed: 2, Report: rep(2, "Ready")}},
+			map[string]int64{"a": 3, "b": 3, "c": 2}, map[string]vocab.Reason{"a": vocab.ReasonNodeTimedOut}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(tgt, tc.nodes, one, now)
+			if !maps.Equal(d.Allowed, tc.want) || !maps.Equal(d.Stuck, tc.stuck) || d.Halted {
+				t.Fatalf("allowed %v stuck %v halted %v, want %v stuck %v", d.Allowed, d.Stuck, d.Halted, tc.want, tc.stuck)
+			}
+		})
+	}
+}
+
+// installBy is set when a node is let through, kept while its allowance stays, and
+// restarted only when the allowance changes: an operator restart does not extend it.
+func TestDecideInstallBy(t *testing.T) {
+	tgt := Target{Epoch: "e1", Generation: 3}
+	p := Policy{MaxUnavailable: 2, MaxFailures: 1, NodeTimeout: time.Minute}
+	earlier := &metav1.Time{Time: now.Add(30 * time.Second)} // set by an earlier pass
+	d := Decide(tgt, []Node{
+		{Name: "a", Allowed: 2, Report: rep(2, "Ready")},
+		{Name: "b", Allowed: 3, InstallBy: earlier, Report: rep(3, "Installing")},
+		{Name: "c", Allowed: 2, Report: rep(2, "Ready")},
+	}, p, now)
+	if got := d.InstallBy["a"]; got == nil || !got.Time.Equal(now.Add(time.Minute)) {
+		t.Errorf("a let through: installBy %v, want now+1m", got)
+	}
+	if got := d.InstallBy["b"]; got != earlier {
+		t.Errorf("b already allowed: installBy %v, want the one it had (%v)", got, earlier)
+	}
+	if got := d.InstallBy["c"]; got != nil {
+		t.Errorf("c waiting: installBy %v, want none", got)
+	}
+	first := Decide(Target{Epoch: "e1", Generation: 1}, []Node{{Name: "a"}}, p, now)
+	if first.InstallBy["a"] == nil {
+		t.Errorf("first generation: no installBy")
+	}
+}
+
+func TestRecheck(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		after    time.Duration
+		deadline time.Time
+		want     time.Duration
+	}{
+		{"nothing to wait for", 0, time.Time{}, 0},
+		{"only the period", time.Minute, time.Time{}, time.Minute},
+		{"a deadline before the period: a second past it", time.Minute, now.Add(10 * time.Second), 11 * time.Second},
+		{"a deadline after the period: the period", time.Minute, now.Add(time.Hour), time.Minute},
+		{"only a deadline", 0, now.Add(time.Hour), time.Hour + time.Second},
+		{"a deadline already past: one second", time.Minute, now.Add(-time.Hour), time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Recheck(tc.after, tc.deadline, now); got != tc.want {
+				t.Fatalf("Recheck = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// The earliest deadline of a node still installing is reported; stuck and current nodes
+// have none to wait for.
+func TestDecideNextDeadline(t *testing.T) {
+	soon, later := &metav1.Time{Time: now.Add(time.Minute)}, &metav1.Time{Time: now.Add(time.Hour)}
+	d := Decide(Target{Epoch: "e1", Generation: 3}, []Node{
+		{Name: "a", Allowed: 3, InstallBy: later, Report: rep(3, "Installing")},
+		{Name: "b", Allowed: 3, InstallBy: soon, Report: rep(3, "Installing")},
+		{Name: "c", Allowed: 3, InstallBy: &metav1.Time{Time: now.Add(-time.Minute)}, Report: rep(3, "Installing")},
+		{Name: "d", Allowed: 3, InstallBy: &metav1.Time{Time: now.Add(-2 * time.Minute)}, Report: rep(3, "Ready")},
+	}, Policy{MaxUnavailable: 4, MaxFailures: 1, NodeTimeout: time.Minute}, now)
+	if !d.NextDeadline.Equal(soon.Time) {
+		t.Fatalf("next deadline %v, want %v", d.NextDeadline, soon.Time)
+	}
+}
+
+// A paused rotation lets no waiting node through; allowed nodes keep their allowance;
+// the first generation is not staged, so not paused.
+func TestDecidePaused(t *testing.T) {
+	p := Policy{MaxUnavailable: 3, MaxFailures: 1, NodeTimeout: time.Minute, Paused: true}
+	d := Decide(Target{Epoch: "e1", Generation: 3}, []Node{
+		{Name: "a", Allowed: 3, Report: rep(3, "Installing")}, {Name: "b", Allowed: 2, Report: rep(2, "Ready")},
+	}, p, now)
+	if want := map[string]int64{"a": 3, "b": 2}; !maps.Equal(d.Allowed, want) || d.Halted {
+		t.Fatalf("paused: allowed %v halted %v, want %v", d.Allowed, d.Halted, want)
+	}
+	if first := Decide(Target{Epoch: "e1", Generation: 1}, []Node{{Name: "a"}}, p, now); first.Allowed["a"] != 1 {
+		t.Fatalf("paused first generation: allowed %v", first.Allowed)
 	}
 }

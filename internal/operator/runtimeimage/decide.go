@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,6 +36,10 @@ type Decision struct {
 	Holders []string
 	// Events to record once Status is stored.
 	Events []Event
+	// Recheck: the rotation is not complete, so a heartbeat going stale or a node's
+	// installBy passing (NextDeadline, zero: none) may change it without any object changing.
+	Recheck      bool
+	NextDeadline time.Time
 }
 
 // Decide computes the RuntimeImage's desired status and finalizer from the object as read
@@ -50,8 +55,9 @@ type Decision struct {
 //
 // maxFailures is the rotation's failure budget (rollout.maxFailures of the profiles that
 // offer the ID, the smallest when several do); see rotation. fresh says whether a node's
-// agent is alive (its heartbeat is recent); see observeTasks.
-func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFailures int, fresh func(node string) bool, now metav1.Time) Decision {
+// agent is alive (its heartbeat is recent; see observeTasks), silent whether it is known to
+// have stopped (HeartbeatClock.Silent; see rotation).
+func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFailures int, fresh, silent func(node string) bool, now metav1.Time) Decision {
 	st := *ri.Status.DeepCopy()
 	d := Decision{Holders: Holders(ri.Name, ri.UID, reports)}
 
@@ -95,13 +101,14 @@ func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFail
 		approved.Message = fmt.Sprintf("generation %d (%s) of epoch %s is approved", st.Generation, st.Digest, ri.UID)
 	}
 	meta.SetStatusCondition(&st.Conditions, approved)
-	rotation(ri, &st, reports, maxFailures, now)
+	d.NextDeadline = rotation(ri, &st, reports, maxFailures, silent, now)
+	d.Recheck = st.Rotation != nil && st.Rotation.RotationCompletedAt == nil && st.Rotation.Nodes != (brewletv1.RotationNodeCounts{})
 	observeTasks(ri, &st, reports, fresh, now)
 	if st.TaskObservations == nil {
 		st.TaskObservations = []brewletv1.TaskObservation{}
 	}
 	d.Status = st
-	d.Events = conditionEvents(ri.Status.Conditions, st.Conditions)
+	d.Events = append(conditionEvents(ri.Status.Conditions, st.Conditions), exclusionEvents(ri.Status.Rotation, st.Rotation)...)
 
 	has := slices.Contains(ri.Finalizers, vocab.FinalizerRevocation)
 	d.AddFinalizer = !deleting && !has

@@ -1,10 +1,13 @@
 package runtimeimage
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -17,6 +20,36 @@ type Event struct {
 	Type    string // corev1.EventTypeNormal or EventTypeWarning
 	Reason  vocab.Reason
 	Message string
+}
+
+// exclusionEvents: one Warning per node newly excluded as stuck from the same target (a node
+// listed in status, so at most maxExcludedNodes per pass). Failed nodes are named by the
+// rotation conditions' own events.
+func exclusionEvents(old, updated *brewletv1.RotationStatus) []Event {
+	if updated == nil {
+		return nil
+	}
+	before := map[string]string{}
+	if old != nil && old.Target.Generation == updated.Target.Generation && old.Target.Digest == updated.Target.Digest {
+		for _, x := range old.ExcludedNodes {
+			before[x.Name] = x.Reason
+		}
+	}
+	var out []Event
+	for _, x := range updated.ExcludedNodes {
+		r := vocab.Reason(x.Reason)
+		if (r != vocab.ReasonNodeTimedOut && r != vocab.ReasonAgentNotReporting) || before[x.Name] == x.Reason {
+			continue
+		}
+		why := "it has been allowed the generation longer than its pool's rollout.nodeTimeout without serving it or reporting a failure"
+		if r == vocab.ReasonAgentNotReporting {
+			why = "its agent's heartbeat is stale"
+		}
+		out = append(out, Event{Type: corev1.EventTypeWarning, Reason: r, Message: fmt.Sprintf(
+			"node %s excluded from the rotation to generation %d: %s. The rotation goes on without it and it rejoins when it reports the generation; check its agent (kubectl get nodeprofile -o yaml, status.nodesWithoutAgent) and its NodeRuntime",
+			x.Name, updated.Target.Generation, why)})
+	}
+	return out
 }
 
 // conditionEvents: one event per condition a human watches (Approved, RotationProgressing,

@@ -30,6 +30,9 @@ type HeartbeatClock struct {
 	mu   sync.Mutex
 	seen map[string]renewal // by node name
 	now  func() time.Time
+	// synced reports whether the informer delivered every Lease that existed when it
+	// started (nil until Start): before that, a missing heartbeat means nothing.
+	synced func() bool
 }
 
 type renewal struct {
@@ -52,7 +55,7 @@ func (c *HeartbeatClock) Start(ctx context.Context, ca cache.Cache) error {
 	if err != nil {
 		return err
 	}
-	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { c.observe(o) },
 		UpdateFunc: func(_, o any) { c.observe(o) },
 		DeleteFunc: func(o any) {
@@ -68,7 +71,13 @@ func (c *HeartbeatClock) Start(ctx context.Context, ca cache.Cache) error {
 			}
 		},
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.synced = reg.HasSynced
+	c.mu.Unlock()
+	return nil
 }
 
 func (c *HeartbeatClock) node(l *coordinationv1.Lease) (string, bool) {
@@ -124,6 +133,24 @@ func (c *HeartbeatClock) Heartbeats() Heartbeats {
 func (c *HeartbeatClock) Fresh(node string, now time.Time) bool {
 	at, ok := c.LastBeat(node)
 	return ok && now.Sub(at) <= c.StaleAfterOrDefault()
+}
+
+// Silent reports whether node's agent is known to have stopped: the clock watches the
+// agents' Leases, has seen every one that existed when it started, and node's renewal is
+// older than StaleAfter or was never seen. Unlike !Fresh, a clock that knows nothing
+// (no namespace, informer not synced yet) finds no node silent: a rotation must never
+// leave nodes behind because the operator just started.
+func (c *HeartbeatClock) Silent(node string, now time.Time) bool {
+	if c == nil || c.Namespace == "" {
+		return false
+	}
+	c.mu.Lock()
+	synced := c.synced
+	c.mu.Unlock()
+	if synced == nil || !synced() {
+		return false
+	}
+	return !c.Fresh(node, now)
 }
 
 // LastBeat is node's last renewal on the operator's clock, if one was seen.

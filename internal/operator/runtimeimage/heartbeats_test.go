@@ -92,3 +92,31 @@ func TestHeartbeatClock(t *testing.T) {
 		t.Fatalf("heartbeats from foreign Leases: %v", h)
 	}
 }
+
+// Silent needs knowledge: a clock without a namespace, or whose informer has not delivered
+// every Lease yet, finds no node silent (an operator that just started must not exclude the
+// fleet from a rotation); a synced clock finds a node silent exactly when it is not fresh.
+func TestHeartbeatClockSilent(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	synced := false
+	c := NewHeartbeatClock("brewlet")
+	c.now = func() time.Time { return t0 }
+	c.Observe("alive", t0)
+	if c.Silent("dead", t0) {
+		t.Fatal("an unstarted clock found a node silent")
+	}
+	c.synced = func() bool { return synced }
+	if c.Silent("dead", t0) {
+		t.Fatal("a clock whose informer has not synced found a node silent")
+	}
+	synced = true
+	if !c.Silent("dead", t0) || c.Silent("alive", t0) || !c.Silent("alive", t0.Add(2*DefaultStaleAfter)) {
+		t.Fatal("a synced clock: silent must be !fresh")
+	}
+	var none *HeartbeatClock
+	off := NewHeartbeatClock("")
+	off.synced = func() bool { return true }
+	if none.Silent("dead", t0) || off.Silent("dead", t0) {
+		t.Fatal("no clock, or one without a namespace, found a node silent")
+	}
+}

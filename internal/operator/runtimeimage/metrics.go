@@ -22,7 +22,7 @@ var (
 	}, []string{"id"})
 	rotationNodesGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "brewlet_operator_rotation_nodes",
-		Help: "Nodes by state towards the RuntimeImage's target generation (status.rotation.nodes): current, installing, failed, excluded.",
+		Help: "Nodes by state towards the RuntimeImage's target generation (status.rotation.nodes): current, installing, failed, excluded (failed or stuck), stuck.",
 	}, []string{"id", "state"})
 )
 
@@ -39,7 +39,7 @@ func observe(ri *brewletv1.RuntimeImage) {
 	}
 	approvedGauge.WithLabelValues(ri.Name).Set(v)
 	if r := ri.Status.Rotation; r != nil {
-		for state, n := range map[string]int32{"current": r.Nodes.Current, "installing": r.Nodes.Installing, "failed": r.Nodes.Failed, "excluded": r.Nodes.Excluded} {
+		for state, n := range map[string]int32{"current": r.Nodes.Current, "installing": r.Nodes.Installing, "failed": r.Nodes.Failed, "excluded": r.Nodes.Excluded, "stuck": r.Nodes.Stuck} {
 			rotationNodesGauge.WithLabelValues(ri.Name, state).Set(float64(n))
 		}
 	}

@@ -107,7 +107,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: cacheBehindRetry}, nil
 	}
 	for attempt := 1; ; attempt++ {
-		err := r.pass(ctx, ri)
+		after, err := r.pass(ctx, ri)
 		if !apierrors.IsConflict(err) || attempt == conflictAttempts {
 			if apierrors.IsNotFound(err) {
 				return reconcile.Result{}, nil // deleted under us; the delete event follows
@@ -115,9 +115,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			if ctx.Err() != nil {
 				return reconcile.Result{}, nil // stopping: the next leader decides again from the stored status
 			}
-			if err == nil && len(ri.Status.TaskObservations) > 0 {
-				// A heartbeat that stops changes no object: look again to mark the node.
-				return reconcile.Result{RequeueAfter: r.staleAfter()}, nil
+			if err == nil && after > 0 {
+				return reconcile.Result{RequeueAfter: after}, nil
 			}
 			return reconcile.Result{}, err
 		}
@@ -131,30 +130,40 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // pass makes one decision from ri and writes it. The finalizer goes on before any status,
 // so no node can ever be handed a generation of an epoch that could vanish without the
 // hold.
-func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) error {
+//
+// It returns when to look again though nothing changed (0: not needed): a heartbeat that
+// stops, or a node's installBy that passes, changes no object, yet marks containers as
+// unreported or excludes a node from the rotation.
+func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) (time.Duration, error) {
 	reports := &brewletv1.NodeRuntimeList{}
 	if err := r.Client.List(ctx, reports, client.MatchingFields{IndexRuntimeID: ri.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		return fmt.Errorf("list NodeRuntimes reporting %s: %w", ri.Name, err)
+		return 0, fmt.Errorf("list NodeRuntimes reporting %s: %w", ri.Name, err)
 	}
 	budget, missing, err := r.profileFacts(ctx, ri.Name)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	beats := r.Beats.Heartbeats()
 	now := r.now()
-	d := Decide(ri, reports.Items, budget, func(node string) bool { return beats.Fresh(node, now.Time, r.staleAfter()) }, now)
+	d := Decide(ri, reports.Items, budget, func(node string) bool { return beats.Fresh(node, now.Time, r.staleAfter()) },
+		func(node string) bool { return r.Beats.Silent(node, now.Time) }, now)
 	nameMissingAgents(&d.Status, missing)
+	var after time.Duration
+	if len(d.Status.TaskObservations) > 0 || d.Recheck {
+		after = r.staleAfter()
+	}
+	after = rollout.Recheck(after, d.NextDeadline, now.Time)
 	if d.AddFinalizer {
 		if err := r.write(ri, func() error {
 			return finalizers.Patch(ctx, r.Client, ri, func() { controllerutil.AddFinalizer(ri, vocab.FinalizerRevocation) })
 		}); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if !equality.Semantic.DeepEqual(ri.Status, d.Status) {
 		ri.Status = d.Status
 		if err := r.write(ri, func() error { return r.Client.Status().Update(ctx, ri) }); err != nil {
-			return err
+			return 0, err
 		}
 		for _, e := range d.Events {
 			if r.Recorder != nil {
@@ -164,23 +173,23 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) error
 	}
 	observe(ri)
 	if !d.ReleaseFinalizer {
-		return nil
+		return after, nil
 	}
 	// The cache said no node holds the epoch; a watch that lags could hide a report
 	// written before the deletion. Releasing is final and happens once per object, so
 	// it is worth one read from the API server.
 	fresh := &brewletv1.NodeRuntimeList{}
 	if err := r.APIReader.List(ctx, fresh); err != nil {
-		return fmt.Errorf("confirm that no node holds %s epoch %s: %w", ri.Name, ri.UID, err)
+		return 0, fmt.Errorf("confirm that no node holds %s epoch %s: %w", ri.Name, ri.UID, err)
 	}
 	if holders := Holders(ri.Name, ri.UID, fresh.Items); len(holders) > 0 {
-		return fmt.Errorf("%s epoch %s is still held by node(s) %v (the cache was behind)", ri.Name, ri.UID, holders)
+		return 0, fmt.Errorf("%s epoch %s is still held by node(s) %v (the cache was behind)", ri.Name, ri.UID, holders)
 	}
 	if err := finalizers.Patch(ctx, r.Client, ri, func() { controllerutil.RemoveFinalizer(ri, vocab.FinalizerRevocation) }); err != nil {
-		return err
+		return 0, err
 	}
 	forget(ri.Name)
-	return nil
+	return 0, nil
 }
 
 // profileFacts reads the NodeProfiles offering id: the smallest rollout.maxFailures among

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,14 +25,20 @@ const maxExcludedNodes = 20
 // A node counts when it reports the ID in this epoch (Revoked entries do not: the node
 // withdrew it). Nodes held back by a wave are neither current nor failed: the rotation is
 // still progressing. The rotation is complete when every reporting node serves the target
-// except nodes that failed it within the failure budget: those are excluded (they keep
-// serving their generation and are listed), and waiting on them would hold every workload's
-// restart back for nodes that will never install this digest. RotationComplete is sticky
+// except excluded ones: nodes that failed it within the failure budget (they keep serving
+// their generation), and stuck nodes (rollout.PhaseAt: past the installBy their wave set,
+// or with a silent agent). Waiting on either would hold every workload's restart back for
+// nodes that may never install this digest; both are listed with why, and a stuck node
+// rejoins as soon as it reports the target (it is then simply current). Stuck nodes count
+// no failure: a dead agent says nothing about the digest. RotationComplete is sticky
 // per target: rotationCompletedAt is set the first time that holds and kept until the next
 // target, so a node joining later does not "un-complete" a finished rotation.
-func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, reports []brewletv1.NodeRuntime, maxFailures int, now metav1.Time) {
+//
+// It returns the earliest installBy ahead of an installing node (zero: none), when a node
+// may time out without any object changing.
+func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, reports []brewletv1.NodeRuntime, maxFailures int, silent func(node string) bool, now metav1.Time) (next time.Time) {
 	if st.Generation < 1 || st.Epoch != ri.UID {
-		return
+		return next
 	}
 	rot := st.Rotation.DeepCopy()
 	if rot == nil || rot.Target.Generation != st.Generation || rot.Target.Digest != st.Digest {
@@ -41,6 +48,7 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 	}
 	var counts brewletv1.RotationNodeCounts
 	var excluded []brewletv1.ExcludedNode
+	stuck := 0
 	reporting := 0
 	for i := range reports {
 		for _, e := range reports[i].Status.Runtimes {
@@ -48,11 +56,17 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 				continue
 			}
 			reporting++
-			switch rollout.PhaseOf(rollout.Target{Epoch: ri.UID, Generation: st.Generation}, rollout.Node{Report: &e}) {
+			n := rollout.NodeOf(&reports[i], &e, silent)
+			switch rollout.PhaseAt(rollout.Target{Epoch: ri.UID, Generation: st.Generation}, n, now.Time) {
+			case rollout.PhaseStuck:
+				stuck++
+				excluded = append(excluded, brewletv1.ExcludedNode{Name: reports[i].Name, UID: reports[i].Status.NodeUID,
+					Reason: string(rollout.StuckReason(n)), Generation: e.Generation})
 			case rollout.PhaseCurrent:
 				counts.Current++
 			case rollout.PhaseInstalling:
 				counts.Installing++
+				next = rollout.Earliest(next, n.InstallBy)
 			case rollout.PhaseFailed:
 				counts.Failed++
 				reason := e.Reason
@@ -65,13 +79,14 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 	}
 	slices.SortFunc(excluded, func(a, b brewletv1.ExcludedNode) int { return strings.Compare(a.Name, b.Name) })
 	counts.Excluded = int32(len(excluded))
+	counts.Stuck = int32(stuck)
 	rot.Nodes = counts
 	rot.ExcludedNodes = excluded
 	if len(excluded) > maxExcludedNodes {
 		rot.ExcludedNodes = excluded[:maxExcludedNodes]
 	}
 	halted := rollout.Halted(int(counts.Failed), rollout.Policy{MaxFailures: maxFailures})
-	done := !halted && counts.Current > 0 && int(counts.Current+counts.Failed) == reporting
+	done := !halted && counts.Current > 0 && int(counts.Current+counts.Failed)+stuck == reporting
 	if done && rot.RotationCompletedAt == nil {
 		t := now
 		rot.RotationCompletedAt = &t
@@ -88,16 +103,23 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonRotationHalted)
 		prog.Message = fmt.Sprintf("%d node(s) failed generation %d, more than rollout.maxFailures=%d: no further node installs it, the others keep their generation; a new digest resumes. Failing: %s",
 			counts.Failed, g, maxFailures, failing(excluded, rot.ExcludedNodes))
-	case done && counts.Failed > 0:
+	case !done && ri.Spec.Paused:
+		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonRotationPaused)
+		prog.Message = fmt.Sprintf("spec.paused holds the rotation: %d of %d node(s) serve generation %d, no further node is allowed it and no workload restart starts; set spec.paused to false to resume",
+			counts.Current, reporting, g)
+	case done && counts.Excluded > 0:
 		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonCompleteWithExclusions)
-		prog.Message = fmt.Sprintf("%d of %d node(s) serve generation %d; %d excluded after failing it, within rollout.maxFailures=%d (they keep their generation until a new digest): %s",
-			counts.Current, reporting, g, counts.Failed, maxFailures, failing(excluded, rot.ExcludedNodes))
+		prog.Message = fmt.Sprintf("%d of %d node(s) serve generation %d; %d excluded (%s), within rollout.maxFailures=%d for failures: %s",
+			counts.Current, reporting, g, counts.Excluded, exclusionKinds(int(counts.Failed), stuck), maxFailures, failing(excluded, rot.ExcludedNodes))
 	case done:
 		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonAllNodesCurrent)
 		prog.Message = fmt.Sprintf("all %d node(s) serve generation %d", reporting, g)
 	default:
 		prog.Status, prog.Reason = metav1.ConditionTrue, string(vocab.ReasonRotating)
 		prog.Message = fmt.Sprintf("%d of %d node(s) serve generation %d; %d installing, %d failed", counts.Current, reporting, g, counts.Installing, counts.Failed)
+		if stuck > 0 {
+			prog.Message += fmt.Sprintf(", %d excluded as stuck: %s", stuck, failing(excluded, rot.ExcludedNodes))
+		}
 	}
 	meta.SetStatusCondition(&st.Conditions, prog)
 
@@ -106,10 +128,10 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 	case rot.RotationCompletedAt != nil:
 		comp.Status, comp.Reason = metav1.ConditionTrue, string(vocab.ReasonAllNodesCurrent)
 		comp.Message = fmt.Sprintf("generation %d (%s) reached every reporting node at %s", g, st.Digest, rot.RotationCompletedAt.UTC().Format("2006-01-02T15:04:05Z"))
-		if counts.Failed > 0 {
+		if counts.Excluded > 0 {
 			comp.Reason = string(vocab.ReasonCompleteWithExclusions)
-			comp.Message = fmt.Sprintf("generation %d (%s) reached every reporting node at %s, except %d excluded after failing it: %s", g, st.Digest,
-				rot.RotationCompletedAt.UTC().Format("2006-01-02T15:04:05Z"), counts.Failed, failing(excluded, rot.ExcludedNodes))
+			comp.Message = fmt.Sprintf("generation %d (%s) reached every reporting node at %s, except %d excluded (%s): %s", g, st.Digest,
+				rot.RotationCompletedAt.UTC().Format("2006-01-02T15:04:05Z"), counts.Excluded, exclusionKinds(int(counts.Failed), stuck), failing(excluded, rot.ExcludedNodes))
 		}
 	default:
 		comp.Status, comp.Reason, comp.Message = metav1.ConditionFalse, prog.Reason, prog.Message
@@ -118,6 +140,19 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 		}
 	}
 	meta.SetStatusCondition(&st.Conditions, comp)
+	return next
+}
+
+// exclusionKinds says what the excluded nodes are ("1 failed it, 2 stuck").
+func exclusionKinds(failed, stuck int) string {
+	var parts []string
+	if failed > 0 {
+		parts = append(parts, fmt.Sprintf("%d failed it and keep their generation until a new digest", failed))
+	}
+	if stuck > 0 {
+		parts = append(parts, fmt.Sprintf("%d stuck, rejoining when they report it", stuck))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // failing names the excluded nodes with their reasons ("a: Reason; b: Reason; and 3 more").

@@ -2,8 +2,10 @@ package runtimeimage
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -65,7 +67,7 @@ func TestRotation(t *testing.T) {
 			progress: "True/Rotating", complete: "False/Rotating"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Decide(tc.r, tc.reports, tc.budget, allFresh, t1)
+			d := Decide(tc.r, tc.reports, tc.budget, allFresh, noneSilent, t1)
 			rot := d.Status.Rotation
 			if rot == nil || rot.Target.Generation != d.Status.Generation || rot.Target.Digest != d.Status.Digest || !rot.Target.AssignedAt.Equal(&t1) {
 				t.Fatalf("rotation target %+v, want generation %d %s assigned at %v", rot, d.Status.Generation, d.Status.Digest, t1)
@@ -97,7 +99,7 @@ func TestRotation(t *testing.T) {
 			// Idempotent: a second pass over the stored status changes nothing.
 			again := tc.r.DeepCopy()
 			again.Status = d.Status
-			if d2 := Decide(again, tc.reports, tc.budget, allFresh, metav1.NewTime(t1.Add(3600e9))); !equality.Semantic.DeepEqual(d2.Status, d.Status) {
+			if d2 := Decide(again, tc.reports, tc.budget, allFresh, noneSilent, metav1.NewTime(t1.Add(3600e9))); !equality.Semantic.DeepEqual(d2.Status, d.Status) {
 				t.Fatalf("second pass changed the status:\n%+v\n%+v", d.Status.Rotation, d2.Status.Rotation)
 			}
 		})
@@ -108,9 +110,9 @@ func TestRotation(t *testing.T) {
 // the completed rotation complete; the next digest starts a new target.
 func TestRotationCompletedOncePerTarget(t *testing.T) {
 	r := ri(finalized, status(uid, 1, dA))
-	d := Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, ""))}, 1, allFresh, t0)
+	d := Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, ""))}, 1, allFresh, noneSilent, t0)
 	r.Status = d.Status
-	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, "")), report("new", at(1, vocab.StateInstalling, ""))}, 1, allFresh, t1)
+	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, "")), report("new", at(1, vocab.StateInstalling, ""))}, 1, allFresh, noneSilent, t1)
 	if at := d.Status.Rotation.RotationCompletedAt; at == nil || !at.Equal(&t0) {
 		t.Fatalf("rotationCompletedAt %v, want %v kept", at, t0)
 	}
@@ -119,7 +121,7 @@ func TestRotationCompletedOncePerTarget(t *testing.T) {
 	}
 	r.Status = d.Status
 	r.Spec.Source.Image = repo + dB
-	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, ""))}, 1, allFresh, t1)
+	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, ""))}, 1, allFresh, noneSilent, t1)
 	if d.Status.Rotation.Target.Generation != 2 || d.Status.Rotation.RotationCompletedAt != nil || !d.Status.Rotation.Target.AssignedAt.Equal(&t1) {
 		t.Fatalf("a new digest must start a new target: %+v", d.Status.Rotation)
 	}
@@ -134,21 +136,21 @@ func TestEvents(t *testing.T) {
 		}
 		return strings.Join(out, ",")
 	}
-	d := Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateInstalling, ""))}, 0, allFresh, t0)
+	d := Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateInstalling, ""))}, 0, allFresh, noneSilent, t0)
 	if got := reasons(d); got != "Normal/Approved,Normal/Rotating" {
 		t.Fatalf("first pass events %s", got)
 	}
 	r.Status = d.Status
-	if got := reasons(Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateInstalling, "")), report("b", at(1, vocab.StateReady, ""))}, 0, allFresh, t1)); got != "" {
+	if got := reasons(Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateInstalling, "")), report("b", at(1, vocab.StateReady, ""))}, 0, allFresh, noneSilent, t1)); got != "" {
 		t.Fatalf("a count change is not an event: %s", got)
 	}
-	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateFailed, "PrivilegedRuntimeFile"))}, 0, allFresh, t1)
+	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateFailed, "PrivilegedRuntimeFile"))}, 0, allFresh, noneSilent, t1)
 	if got := reasons(d); got != "Warning/RotationHalted" || !strings.Contains(d.Events[0].Message, "a: PrivilegedRuntimeFile") {
 		t.Fatalf("halt events %s %+v", got, d.Events)
 	}
 	r.Status = d.Status
 	r.Spec.Source.Image = repo + dA
-	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(3, vocab.StateReady, ""))}, 0, allFresh, t1)
+	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(3, vocab.StateReady, ""))}, 0, allFresh, noneSilent, t1)
 	if got := reasons(d); got != "Normal/AllNodesCurrent,Normal/AllNodesCurrent" {
 		t.Fatalf("completion events %s", got)
 	}
@@ -159,7 +161,7 @@ func TestNewTargetDropsRestartRecords(t *testing.T) {
 	r := ri(finalized, image(repo+dB), status(uid, 1, dA))
 	r.Status.Rotation = &brewletv1.RotationStatus{Target: brewletv1.RotationTarget{Generation: 1, Digest: dA},
 		Restarts: []brewletv1.WorkloadRestart{{Kind: "Deployment", Namespace: "ns", Name: "web", Outcome: "InProgress"}}}
-	d := Decide(r, nil, 1, allFresh, t1)
+	d := Decide(r, nil, 1, allFresh, noneSilent, t1)
 	if d.Status.Rotation == nil || d.Status.Rotation.Target.Generation != 2 || len(d.Status.Rotation.Restarts) != 0 {
 		t.Fatalf("rotation %+v", d.Status.Rotation)
 	}
@@ -186,5 +188,134 @@ func TestNameMissingAgents(t *testing.T) {
 	nameMissingAgents(done, []string{"n1 (AgentPodMissing) (NodeProfile general)"})
 	if done.Conditions[0].Message != "done" {
 		t.Errorf("a finished rotation was changed: %q", done.Conditions[0].Message)
+	}
+}
+
+// allowed gives a report the directive its NodeProfile wrote: allowed generation and the
+// deadline of its wave.
+func allowed(n brewletv1.NodeRuntime, gen int64, by metav1.Time) brewletv1.NodeRuntime {
+	n.Spec.Runtimes = []brewletv1.RuntimeDirective{{ID: "python-3.12", Install: "Eager", AllowedGeneration: gen, InstallBy: &by}}
+	return n
+}
+
+// Stuck nodes (past installBy, or silent) are excluded without counting a failure: the
+// rotation completes without them, and they rejoin when they report the target.
+func TestRotationStuck(t *testing.T) {
+	before, after := metav1.NewTime(t1.Add(-time.Minute)), metav1.NewTime(t1.Add(time.Minute))
+	silent := func(names ...string) func(string) bool {
+		return func(n string) bool { return slices.Contains(names, n) }
+	}
+	for _, tc := range []struct {
+		name     string
+		reports  []brewletv1.NodeRuntime
+		silent   func(string) bool
+		counts   brewletv1.RotationNodeCounts
+		progress string
+		excluded string
+	}{
+		{name: "installing within its deadline: still rotating",
+			reports: []brewletv1.NodeRuntime{allowed(report("a", at(2, vocab.StateReady, "")), 2, before),
+				allowed(report("b", at(2, vocab.StateInstalling, "")), 2, after)},
+			counts: brewletv1.RotationNodeCounts{Current: 1, Installing: 1}, progress: "True/Rotating"},
+		{name: "past its deadline: excluded, complete without it",
+			reports: []brewletv1.NodeRuntime{allowed(report("a", at(2, vocab.StateReady, "")), 2, before),
+				allowed(report("b", at(2, vocab.StateInstalling, "")), 2, before)},
+			counts: brewletv1.RotationNodeCounts{Current: 1, Excluded: 1, Stuck: 1}, progress: "False/CompleteWithExclusions", excluded: "b:NodeTimedOut:2"},
+		{name: "allowed and still on the old generation past its deadline",
+			reports: []brewletv1.NodeRuntime{allowed(report("a", at(2, vocab.StateReady, "")), 2, before),
+				allowed(report("b", at(1, vocab.StateReady, "")), 2, before)},
+			counts: brewletv1.RotationNodeCounts{Current: 1, Excluded: 1, Stuck: 1}, progress: "False/CompleteWithExclusions", excluded: "b:NodeTimedOut:1"},
+		{name: "a silent node waiting for its wave is excluded",
+			reports: []brewletv1.NodeRuntime{allowed(report("a", at(2, vocab.StateReady, "")), 2, before),
+				allowed(report("b", at(1, vocab.StateReady, "")), 1, before)},
+			silent: silent("b"),
+			counts: brewletv1.RotationNodeCounts{Current: 1, Excluded: 1, Stuck: 1}, progress: "False/CompleteWithExclusions", excluded: "b:AgentNotReporting:1"},
+		{name: "a node waiting for its wave with a live agent holds the rotation",
+			reports: []brewletv1.NodeRuntime{allowed(report("a", at(2, vocab.StateReady, "")), 2, before),
+				allowed(report("b", at(1, vocab.StateReady, "")), 1, before)},
+			counts: brewletv1.RotationNodeCounts{Current: 1}, progress: "True/Rotating"},
+		{name: "every node stuck: not complete",
+			reports: []brewletv1.NodeRuntime{allowed(report("a", at(2, vocab.StateInstalling, "")), 2, before)},
+			counts:  brewletv1.RotationNodeCounts{Excluded: 1, Stuck: 1}, progress: "True/Rotating", excluded: "a:NodeTimedOut:2"},
+		{name: "a stuck node counts no failure: maxFailures 0 does not halt",
+			reports: []brewletv1.NodeRuntime{allowed(report("a", at(2, vocab.StateReady, "")), 2, before),
+				allowed(report("b", at(2, vocab.StateInstalling, "")), 2, before), allowed(report("c", at(2, vocab.StateInstalling, "")), 2, after)},
+			silent: silent("c"),
+			counts: brewletv1.RotationNodeCounts{Current: 1, Excluded: 2, Stuck: 2}, progress: "False/CompleteWithExclusions", excluded: "b:NodeTimedOut:2,c:AgentNotReporting:2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.silent
+			if s == nil {
+				s = noneSilent
+			}
+			d := Decide(ri(finalized, image(repo+dB), status(uid, 2, dB)), tc.reports, 0, allFresh, s, t1)
+			rot := d.Status.Rotation
+			if rot.Nodes != tc.counts {
+				t.Errorf("counts %+v, want %+v", rot.Nodes, tc.counts)
+			}
+			var ex []string
+			for _, x := range rot.ExcludedNodes {
+				ex = append(ex, fmt.Sprintf("%s:%s:%d", x.Name, x.Reason, x.Generation))
+			}
+			if got := strings.Join(ex, ","); got != tc.excluded {
+				t.Errorf("excluded %q, want %q", got, tc.excluded)
+			}
+			c := meta.FindStatusCondition(d.Status.Conditions, string(vocab.ConditionRotationProgressing))
+			if got := string(c.Status) + "/" + c.Reason; got != tc.progress {
+				t.Errorf("RotationProgressing %s (%s), want %s", got, c.Message, tc.progress)
+			}
+			if tc.excluded != "" && !strings.Contains(c.Message, strings.Split(tc.excluded, ":")[0]+": ") {
+				t.Errorf("RotationProgressing message %q does not name the excluded node", c.Message)
+			}
+			// One Warning per newly stuck node, none when the same pass is repeated.
+			stuckEvents := func(evs []Event) int {
+				n := 0
+				for _, e := range evs {
+					if e.Reason == vocab.ReasonNodeTimedOut || e.Reason == vocab.ReasonAgentNotReporting {
+						n++
+					}
+				}
+				return n
+			}
+			if got := stuckEvents(d.Events); got != int(tc.counts.Stuck) {
+				t.Errorf("%d stuck-node events, want %d: %+v", got, tc.counts.Stuck, d.Events)
+			}
+			repeat := ri(finalized, image(repo+dB))
+			repeat.Status = d.Status
+			if got := stuckEvents(Decide(repeat, tc.reports, 0, allFresh, s, t1).Events); got != 0 {
+				t.Errorf("the same pass again recorded %d stuck-node events", got)
+			}
+			// Completion is sticky: a stuck node that reports the target later rejoins as
+			// current, and the rotation stays complete.
+			if rot.RotationCompletedAt != nil {
+				again := ri(finalized, image(repo+dB))
+				again.Status = d.Status
+				var healed []brewletv1.NodeRuntime
+				for _, r := range tc.reports {
+					r.Status.Runtimes = []brewletv1.NodeRuntimeEntry{at(2, vocab.StateReady, "")}
+					healed = append(healed, r)
+				}
+				d2 := Decide(again, healed, 0, allFresh, noneSilent, metav1.NewTime(t1.Add(time.Hour)))
+				if r2 := d2.Status.Rotation; r2.RotationCompletedAt == nil || !r2.RotationCompletedAt.Equal(rot.RotationCompletedAt) || r2.Nodes.Excluded != 0 ||
+					!meta.IsStatusConditionTrue(d2.Status.Conditions, string(vocab.ConditionRotationComplete)) {
+					t.Errorf("after the stuck nodes rejoined: %+v", r2)
+				}
+			}
+		})
+	}
+}
+
+// spec.paused shows in the rotation's condition while it is not done.
+func TestRotationPaused(t *testing.T) {
+	r := ri(finalized, image(repo+dB), status(uid, 2, dB))
+	r.Spec.Paused = true
+	d := Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateReady, "")), report("b", at(1, vocab.StateReady, ""))}, 1, allFresh, noneSilent, t1)
+	c := meta.FindStatusCondition(d.Status.Conditions, string(vocab.ConditionRotationProgressing))
+	if c.Status != "False" || c.Reason != string(vocab.ReasonRotationPaused) || !strings.Contains(c.Message, "1 of 2") {
+		t.Fatalf("RotationProgressing %+v", c)
+	}
+	done := Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateReady, ""))}, 1, allFresh, noneSilent, t1)
+	if c := meta.FindStatusCondition(done.Status.Conditions, string(vocab.ConditionRotationProgressing)); c.Reason != string(vocab.ReasonAllNodesCurrent) {
+		t.Fatalf("a paused rotation that is done: %+v", c)
 	}
 }
