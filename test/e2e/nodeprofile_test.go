@@ -294,23 +294,9 @@ func stays(t *testing.T, c client.Client, id string, nodes []string, want ...int
 // as each reports Ready. With maxFailures=0, generation 3 halts after the first wave when
 // w-a reports Failed: w-b and w-c keep generation 2. Digest 4 resumes from w-a.
 func testRotationWaves(t *testing.T, c client.Client) {
-	const key = "pool.example/wave"
 	nodes := []string{"w-a", "w-b", "w-c"}
-	for _, n := range nodes {
-		mkNode(t, c, n, map[string]string{key: "wave"})
-	}
-	agentsAlive(t, c, nodes...)
-	if err := c.Create(context.Background(), runtimeImage("rb", "127.0.0.1:5000/runtimes/rb@"+digestN(1))); err != nil {
-		t.Fatal(err)
-	}
 	one, zero := intstr.FromInt32(1), int32(0)
-	mkProfile(t, c, "wave", key, []string{"wave"}, func(p *brewletv1.NodeProfile) {
-		p.Spec.Rollout = &brewletv1.RolloutPolicy{MaxUnavailable: &one, MaxFailures: &zero}
-	}, "rb")
-	eventually(t, 30*time.Second, "directives for the wave pool", func() (bool, string) {
-		got := allowedOf(t, c, "rb", nodes...)
-		return directiveFor(nrtSpec(t, c, "w-c"), "rb") != nil, fmt.Sprint(got)
-	})
+	rolloutPool(t, c, "wave", "rb", &brewletv1.RolloutPolicy{MaxUnavailable: &one, MaxFailures: &zero}, nodes...)
 	// Generation 1 is not staged: every node installs it.
 	for _, n := range nodes {
 		report(t, c, n, "rb", "Ready", 1)
@@ -424,22 +410,9 @@ func agentsAlive(t *testing.T, c client.Client, nodes ...string) {
 // (NodeTimedOut, an event, no failure counted, so no halt) and the next wave goes. The
 // rotation completes without it; when s-a reports generation 2 it rejoins as current.
 func testRotationStuckNode(t *testing.T, c client.Client) {
-	const key = "pool.example/stuck"
 	nodes := []string{"s-a", "s-b", "s-c"}
-	for _, n := range nodes {
-		mkNode(t, c, n, map[string]string{key: "stuck"})
-	}
-	agentsAlive(t, c, nodes...)
-	if err := c.Create(context.Background(), runtimeImage("rs", "127.0.0.1:5000/runtimes/rs@"+digestN(1))); err != nil {
-		t.Fatal(err)
-	}
 	one, zero := intstr.FromInt32(1), int32(0)
-	mkProfile(t, c, "stuck", key, []string{"stuck"}, func(p *brewletv1.NodeProfile) {
-		p.Spec.Rollout = &brewletv1.RolloutPolicy{MaxUnavailable: &one, MaxFailures: &zero, NodeTimeout: &metav1.Duration{Duration: 5 * time.Second}}
-	}, "rs")
-	eventually(t, 30*time.Second, "directives for the stuck pool", func() (bool, string) {
-		return directiveFor(nrtSpec(t, c, "s-c"), "rs") != nil, fmt.Sprint(allowedOf(t, c, "rs", nodes...))
-	})
+	rolloutPool(t, c, "stuck", "rs", &brewletv1.RolloutPolicy{MaxUnavailable: &one, MaxFailures: &zero, NodeTimeout: &metav1.Duration{Duration: 5 * time.Second}}, nodes...)
 	for _, n := range nodes {
 		report(t, c, n, "rs", "Ready", 1)
 	}
@@ -479,22 +452,9 @@ func testRotationStuckNode(t *testing.T, c client.Client) {
 // testRotationPaused: with spec.paused a new generation reaches no node; the condition
 // says so; unpaused, the first wave goes.
 func testRotationPaused(t *testing.T, c client.Client) {
-	const key = "pool.example/paused"
 	nodes := []string{"p-a", "p-b"}
-	for _, n := range nodes {
-		mkNode(t, c, n, map[string]string{key: "paused"})
-	}
-	agentsAlive(t, c, nodes...)
-	if err := c.Create(context.Background(), runtimeImage("rp", "127.0.0.1:5000/runtimes/rp@"+digestN(1))); err != nil {
-		t.Fatal(err)
-	}
 	one := intstr.FromInt32(1)
-	mkProfile(t, c, "paused", key, []string{"paused"}, func(p *brewletv1.NodeProfile) {
-		p.Spec.Rollout = &brewletv1.RolloutPolicy{MaxUnavailable: &one}
-	}, "rp")
-	eventually(t, 30*time.Second, "directives for the paused pool", func() (bool, string) {
-		return directiveFor(nrtSpec(t, c, "p-b"), "rp") != nil, fmt.Sprint(allowedOf(t, c, "rp", nodes...))
-	})
+	rolloutPool(t, c, "paused", "rp", &brewletv1.RolloutPolicy{MaxUnavailable: &one}, nodes...)
 	for _, n := range nodes {
 		report(t, c, n, "rp", "Ready", 1)
 	}
@@ -507,4 +467,23 @@ func testRotationPaused(t *testing.T, c client.Client) {
 	stays(t, c, "rp", nodes, 1, 1)
 	updateRI(t, c, "rp", func(ri *brewletv1.RuntimeImage) { ri.Spec.Paused = false })
 	expectAllowed(t, c, "unpaused: wave 1 of generation 2", "rp", nodes, 2, 1)
+}
+
+// rolloutPool makes nodes (their agents alive), RuntimeImage id at digest 1 and a
+// NodeProfile named pool offering it over them with rollout r, and waits for the
+// directives.
+func rolloutPool(t *testing.T, c client.Client, pool, id string, r *brewletv1.RolloutPolicy, nodes ...string) {
+	t.Helper()
+	key := "pool.example/" + pool
+	for _, n := range nodes {
+		mkNode(t, c, n, map[string]string{key: pool})
+	}
+	agentsAlive(t, c, nodes...)
+	if err := c.Create(context.Background(), runtimeImage(id, "127.0.0.1:5000/runtimes/"+id+"@"+digestN(1))); err != nil {
+		t.Fatal(err)
+	}
+	mkProfile(t, c, pool, key, []string{pool}, func(p *brewletv1.NodeProfile) { p.Spec.Rollout = r }, id)
+	eventually(t, 30*time.Second, "directives for pool "+pool, func() (bool, string) {
+		return directiveFor(nrtSpec(t, c, nodes[len(nodes)-1]), id) != nil, fmt.Sprint(allowedOf(t, c, id, nodes...))
+	})
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,10 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/apimachinery/pkg/types"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
-	"brewlet.sh/brewlet/internal/operator/restarts"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -22,36 +20,13 @@ import (
 // node is deferred with the node named (restarting it would not move that pod).
 func TestRotationRestartsAroundAnExcludedNode(t *testing.T) {
 	w := startRestartWorld(t, 2, 10*time.Minute)
-	ctx, c := context.Background(), w.cp.Client
-	must(t, c.Create(ctx, runtimeImage("python", "127.0.0.1:5000/runtimes/python@"+digestN(1))))
-	eventually(t, 30*time.Second, "generation 1", func() (bool, string) {
-		got := getRI(t, c, "python")
-		return got.Status.Generation == 1, fmt.Sprintf("%+v", got.Status)
-	})
-	epoch := getRI(t, c, "python").UID
-	w.podGen = func(p *corev1.Pod) int64 {
-		if b, ok := restarts.ParseBarrier(p.Annotations[vocab.AnnotationRotatedToGeneration]); ok {
-			return b.Generation
-		}
-		return 1
-	}
+	c := w.cp.Client
+	epoch := types.UID(w.approve(t))
 	healthy, excluded := w.nodes[0], w.nodes[1]
-	for name, node := range map[string]string{"on-healthy": healthy, "on-excluded": excluded} {
-		d := restartDeployment(name, true)
-		d.Spec.Template.Spec.NodeName = node
-		must(t, c.Create(ctx, d))
-	}
+	w.pinned(t, map[string]string{"on-healthy": healthy, "on-excluded": excluded})
 	w.waitRunning(t, 4)
 	w.report(t, 1, string(epoch))
-
-	cur := getRI(t, c, "python")
-	base := client.MergeFrom(cur.DeepCopy())
-	cur.Spec.Source.Image = "127.0.0.1:5000/runtimes/python@" + digestN(2)
-	must(t, c.Patch(ctx, cur, base))
-	eventually(t, 30*time.Second, "generation 2", func() (bool, string) {
-		got := getRI(t, c, "python")
-		return got.Status.Generation == 2, fmt.Sprintf("%+v", got.Status)
-	})
+	w.rotate(t, 2, 2)
 	// The healthy node serves generation 2; the other refused its content and keeps
 	// serving generation 1 (one failure: within the default budget of 1).
 	report := func() {
@@ -63,17 +38,7 @@ func TestRotationRestartsAroundAnExcludedNode(t *testing.T) {
 			return brewletv1.NodeRuntimeEntry{ID: w.id, Epoch: epoch, Generation: 2, State: string(vocab.StateReady)}
 		})
 	}
-	want := "Deployment/on-excluded=Deferred Deployment/on-healthy=Succeeded"
-	last := ""
-	eventually(t, 3*time.Minute, want, func() (bool, string) {
-		report()
-		got := getRI(t, c, "python")
-		if o := restartOutcomes(got); o != last {
-			t.Logf("restarts: %s", o)
-			last = o
-		}
-		return restartOutcomes(got) == want, restartOutcomes(got)
-	})
+	w.follow(t, report, "Deployment/on-excluded=Deferred Deployment/on-healthy=Succeeded")
 	got := getRI(t, c, "python")
 	comp := meta.FindStatusCondition(got.Status.Conditions, string(vocab.ConditionRotationComplete))
 	if comp == nil || comp.Status != "True" || comp.Reason != string(vocab.ReasonCompleteWithExclusions) || !strings.Contains(comp.Message, excluded) {
@@ -99,50 +64,17 @@ func TestRotationRestartsAroundAnExcludedNode(t *testing.T) {
 // rejoins as current.
 func TestRotationRestartsAroundADeadNode(t *testing.T) {
 	w := startRestartWorld(t, 2, 10*time.Minute, "--node-stale-after=10s")
-	ctx, c := context.Background(), w.cp.Client
-	must(t, c.Create(ctx, runtimeImage("python", "127.0.0.1:5000/runtimes/python@"+digestN(1))))
-	eventually(t, 30*time.Second, "generation 1", func() (bool, string) {
-		got := getRI(t, c, "python")
-		return got.Status.Generation == 1, fmt.Sprintf("%+v", got.Status)
-	})
-	epoch := getRI(t, c, "python").UID
-	w.podGen = func(p *corev1.Pod) int64 {
-		if b, ok := restarts.ParseBarrier(p.Annotations[vocab.AnnotationRotatedToGeneration]); ok {
-			return b.Generation
-		}
-		return 1
-	}
+	c := w.cp.Client
+	epoch := w.approve(t)
 	healthy, dead := w.nodes[0], w.nodes[1]
-	for name, node := range map[string]string{"on-healthy": healthy, "on-dead": dead} {
-		d := restartDeployment(name, true)
-		d.Spec.Template.Spec.NodeName = node
-		must(t, c.Create(ctx, d))
-	}
+	w.pinned(t, map[string]string{"on-healthy": healthy, "on-dead": dead})
 	w.waitRunning(t, 4)
-	w.report(t, 1, string(epoch))
-
-	cur := getRI(t, c, "python")
-	base := client.MergeFrom(cur.DeepCopy())
-	cur.Spec.Source.Image = "127.0.0.1:5000/runtimes/python@" + digestN(2)
-	must(t, c.Patch(ctx, cur, base))
-	eventually(t, 30*time.Second, "generation 2", func() (bool, string) {
-		got := getRI(t, c, "python")
-		return got.Status.Generation == 2, fmt.Sprintf("%+v", got.Status)
-	})
+	w.report(t, 1, epoch)
+	w.rotate(t, 2, 2)
 	// The dead node's last report says generation 1 is Ready; then its agent stops.
 	w.dead = map[string]bool{dead: true}
-	report := func() { w.reportState(t, 2, string(epoch), vocab.StateReady) }
-	want := "Deployment/on-dead=Succeeded Deployment/on-healthy=Succeeded"
-	last := ""
-	eventually(t, 3*time.Minute, want, func() (bool, string) {
-		report()
-		got := getRI(t, c, "python")
-		if o := restartOutcomes(got); o != last {
-			t.Logf("restarts: %s", o)
-			last = o
-		}
-		return restartOutcomes(got) == want, restartOutcomes(got)
-	})
+	report := func() { w.reportState(t, 2, epoch, vocab.StateReady) }
+	w.follow(t, report, "Deployment/on-dead=Succeeded Deployment/on-healthy=Succeeded")
 	got := getRI(t, c, "python")
 	comp := meta.FindStatusCondition(got.Status.Conditions, string(vocab.ConditionRotationComplete))
 	if comp == nil || comp.Status != "True" || comp.Reason != string(vocab.ReasonCompleteWithExclusions) || !strings.Contains(comp.Message, dead) {

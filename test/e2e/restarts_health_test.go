@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -25,18 +24,7 @@ import (
 func TestRotationRestartsHaltWhenTheCanaryFails(t *testing.T) {
 	w := startRestartWorld(t, 1, 8*time.Second, "--rotation-restart-max-failures=0")
 	ctx, c := context.Background(), w.cp.Client
-	must(t, c.Create(ctx, runtimeImage("python", "127.0.0.1:5000/runtimes/python@"+digestN(1))))
-	eventually(t, 30*time.Second, "generation 1", func() (bool, string) {
-		got := getRI(t, c, "python")
-		return got.Status.Generation == 1, fmt.Sprintf("%+v", got.Status)
-	})
-	epoch := string(getRI(t, c, "python").UID)
-	w.podGen = func(p *corev1.Pod) int64 {
-		if b, ok := restarts.ParseBarrier(p.Annotations[vocab.AnnotationRotatedToGeneration]); ok {
-			return b.Generation
-		}
-		return 1
-	}
+	epoch := w.approve(t)
 	canary := restartDeployment("canary", true)
 	canary.Annotations[vocab.AnnotationRestartPriority] = "100"
 	// Its new pods never count as available: the rollout cannot finish.
@@ -49,31 +37,11 @@ func TestRotationRestartsHaltWhenTheCanaryFails(t *testing.T) {
 	w.waitRunning(t, 6)
 	w.report(t, 1, epoch)
 
-	rotate := func(n int, gen int64) {
-		t.Helper()
-		cur := getRI(t, c, "python")
-		base := client.MergeFrom(cur.DeepCopy())
-		cur.Spec.Source.Image = "127.0.0.1:5000/runtimes/python@" + digestN(n)
-		must(t, c.Patch(ctx, cur, base))
-		eventually(t, 30*time.Second, fmt.Sprintf("generation %d", gen), func() (bool, string) {
-			got := getRI(t, c, "python")
-			return got.Status.Generation == gen, fmt.Sprintf("%+v", got.Status)
-		})
-	}
 	follow := func(gen int64, want string) {
 		t.Helper()
-		last := ""
-		eventually(t, 3*time.Minute, want, func() (bool, string) {
-			w.report(t, gen, epoch)
-			o := restartOutcomes(getRI(t, c, "python"))
-			if o != last {
-				t.Logf("restarts: %s", o)
-				last = o
-			}
-			return o == want, o
-		})
+		w.follow(t, func() { w.report(t, gen, epoch) }, want)
 	}
-	rotate(2, 2)
+	w.rotate(t, 2, 2)
 	follow(2, "Deployment/a-web=Pending Deployment/b-api=Pending Deployment/canary=Failed")
 	got := getRI(t, c, "python")
 	h := got.Status.Rotation.RestartsHalted
@@ -110,7 +78,7 @@ func TestRotationRestartsHaltWhenTheCanaryFails(t *testing.T) {
 		must(t, c.Patch(ctx, cur, base))
 	}
 	setPaused(true)
-	rotate(3, 3)
+	w.rotate(t, 3, 3)
 	follow(3, "Deployment/a-web=Pending Deployment/b-api=Pending Deployment/canary=Pending")
 	for _, r := range getRI(t, c, "python").Status.Rotation.Restarts {
 		if r.Reason != string(vocab.ReasonRotationPaused) {

@@ -63,6 +63,65 @@ func startRestartWorld(t *testing.T, maxConcurrent int, deadline time.Duration, 
 	return w
 }
 
+// approve creates RuntimeImage python at digest 1, waits for its generation 1 and returns
+// its epoch; pods made from a template that carries the barrier then run its generation,
+// the others generation 1.
+func (w *restartWorld) approve(t *testing.T) string {
+	t.Helper()
+	c := w.cp.Client
+	must(t, c.Create(context.Background(), runtimeImage("python", "127.0.0.1:5000/runtimes/python@"+digestN(1))))
+	eventually(t, 30*time.Second, "generation 1", func() (bool, string) {
+		got := getRI(t, c, "python")
+		return got.Status.Generation == 1, fmt.Sprintf("%+v", got.Status)
+	})
+	w.podGen = func(p *corev1.Pod) int64 {
+		if b, ok := restarts.ParseBarrier(p.Annotations[vocab.AnnotationRotatedToGeneration]); ok {
+			return b.Generation // made from a restarted template: started on the target
+		}
+		return 1
+	}
+	return string(getRI(t, c, "python").UID)
+}
+
+// rotate sets RuntimeImage python to digest n and waits for generation gen.
+func (w *restartWorld) rotate(t *testing.T, n int, gen int64) {
+	t.Helper()
+	c := w.cp.Client
+	cur := getRI(t, c, "python")
+	base := client.MergeFrom(cur.DeepCopy())
+	cur.Spec.Source.Image = "127.0.0.1:5000/runtimes/python@" + digestN(n)
+	must(t, c.Patch(context.Background(), cur, base))
+	eventually(t, 30*time.Second, fmt.Sprintf("generation %d", gen), func() (bool, string) {
+		got := getRI(t, c, "python")
+		return got.Status.Generation == gen, fmt.Sprintf("%+v", got.Status)
+	})
+}
+
+// pinned creates one opted-in Deployment per name, its pods bound to the node given.
+func (w *restartWorld) pinned(t *testing.T, byName map[string]string) {
+	t.Helper()
+	for name, node := range byName {
+		d := restartDeployment(name, true)
+		d.Spec.Template.Spec.NodeName = node
+		must(t, w.cp.Client.Create(context.Background(), d))
+	}
+}
+
+// follow reports through report until the restart outcomes read want.
+func (w *restartWorld) follow(t *testing.T, report func(), want string) {
+	t.Helper()
+	last := ""
+	eventually(t, 3*time.Minute, want, func() (bool, string) {
+		report()
+		o := restartOutcomes(getRI(t, w.cp.Client, "python"))
+		if o != last {
+			t.Logf("restarts: %s", o)
+			last = o
+		}
+		return o == want, o
+	})
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -203,19 +262,7 @@ func restartOutcomes(ri *brewletv1.RuntimeImage) string {
 func TestRotationRestarts(t *testing.T) {
 	w := startRestartWorld(t, 1, 10*time.Minute)
 	ctx, c := context.Background(), w.cp.Client
-	ri := runtimeImage("python", "127.0.0.1:5000/runtimes/python@"+digestN(1))
-	must(t, c.Create(ctx, ri))
-	eventually(t, 30*time.Second, "generation 1", func() (bool, string) {
-		got := getRI(t, c, "python")
-		return got.Status.Generation == 1, fmt.Sprintf("%+v", got.Status)
-	})
-	epoch := string(getRI(t, c, "python").UID)
-	w.podGen = func(p *corev1.Pod) int64 {
-		if b, ok := restarts.ParseBarrier(p.Annotations[vocab.AnnotationRotatedToGeneration]); ok {
-			return b.Generation // made from a restarted template: started on the target
-		}
-		return 1
-	}
+	epoch := w.approve(t)
 	paused := restartDeployment("paused", true) // paused once its pods run
 	ondelete := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "ondelete", Namespace: restartNS,
 		Annotations: map[string]string{vocab.AnnotationRestartOnRotation: "true"}},
@@ -245,13 +292,7 @@ func TestRotationRestarts(t *testing.T) {
 	}
 
 	// The rotation: generation 2 reaches both nodes; every pod still runs generation 1.
-	cur := getRI(t, c, "python")
-	cur.Spec.Source.Image = "127.0.0.1:5000/runtimes/python@" + digestN(2)
-	must(t, c.Update(ctx, cur))
-	eventually(t, 30*time.Second, "generation 2", func() (bool, string) {
-		got := getRI(t, c, "python")
-		return got.Status.Generation == 2, fmt.Sprintf("%+v", got.Status)
-	})
+	w.rotate(t, 2, 2)
 	maxInProgress := 0
 	restarted := false
 	last := ""

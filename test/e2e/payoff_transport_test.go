@@ -1,0 +1,115 @@
+//go:build bench
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// countingTransport counts the bytes read from and sent to a registry.
+type countingTransport struct {
+	rt       http.RoundTripper
+	down, up atomic.Int64
+}
+
+func newCountingTransport() *countingTransport {
+	return &countingTransport{rt: http.DefaultTransport.(*http.Transport).Clone()}
+}
+
+func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		req.Body = &countingBody{ReadCloser: req.Body, n: &c.up}
+	}
+	resp, err := c.rt.RoundTrip(req)
+	if err == nil && resp.Body != nil {
+		resp.Body = &countingBody{ReadCloser: resp.Body, n: &c.down}
+	}
+	return resp, err
+}
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	k, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(k))
+	return k, err
+}
+
+// concurrent creates and starts, at once, BENCH_CONCURRENT (20) containers of one already
+// pulled image in pods already running: runc with the conventional image of app 0, then
+// brewlet with its artifact. It returns a table of p50/p99/max of create+start.
+func (p *payoff) concurrent(conv, brew *payWay) string {
+	t, n, ctx := p.t, p.d.n, context.Background()
+	k := envInt("BENCH_CONCURRENT", 20)
+	lat := map[string][]time.Duration{}
+	for _, w := range []*payWay{conv, brew} {
+		ref := w.publish(0, 0, 1)
+		ctrs := make([]*payCtr, k)
+		for i := range ctrs {
+			pod := n.PodConfig(fmt.Sprintf("%s-conc%d", w.key, i), w.ann)
+			podID, err := n.RunPod(ctx, pod, w.handler)
+			if err != nil {
+				t.Fatalf("run pod: %v", err)
+			}
+			ctrs[i] = &payCtr{podID: podID, pod: pod}
+		}
+		if err := n.Pull(ctx, ref, ctrs[0].pod); err != nil {
+			t.Fatal(err)
+		}
+		ds := make([]time.Duration, k)
+		errs := make(chan error, k)
+		start := make(chan struct{})
+		for i, c := range ctrs {
+			go func() {
+				<-start
+				t0 := time.Now()
+				r, err := n.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: c.podID, Config: p.containerConfig(w, ref, 0), SandboxConfig: c.pod})
+				if err == nil {
+					c.cid = r.ContainerId
+					_, err = n.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: c.cid})
+				}
+				ds[i] = time.Since(t0)
+				errs <- err
+			}()
+		}
+		close(start)
+		for range ctrs {
+			if err := <-errs; err != nil {
+				t.Fatalf("%s: concurrent create+start: %v", w.title, err)
+			}
+		}
+		for _, c := range ctrs {
+			p.waitLog(c, "listening")
+			p.removePod(c)
+		}
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		lat[w.handler] = ds
+	}
+	pct := func(ds []time.Duration, q float64) time.Duration { return ds[int(q*float64(len(ds)-1)+0.5)] }
+	var s strings.Builder
+	fmt.Fprintf(&s, "\n| %d containers created+started at once (pods running, image pulled) | runc, conventional image | brewlet, artifact | ratio |\n|---|---|---|---|\n", k)
+	for _, q := range []struct {
+		label string
+		q     float64
+	}{{"p50", 0.5}, {fmt.Sprintf("p99 (of %d: the slowest)", k), 0.99}} {
+		r, b := pct(lat["runc"], q.q), pct(lat[vocab.RuntimeClassName], q.q)
+		fmt.Fprintf(&s, "| %s | %s | %s | %.2f× |\n", q.label, r.Round(time.Millisecond), b.Round(time.Millisecond), float64(b)/float64(r))
+	}
+	return s.String()
+}
+
+// --- report ------------------------------------------------------------------------------
