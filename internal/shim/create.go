@@ -138,12 +138,19 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 		PodUID: ann[vocab.CRISandboxUID], ContainerName: ann[vocab.CRIContainerName]}
 	gen, err := l.LeaseCurrent(lease)
 	if err != nil && auth.OnDemand && vocab.ReasonOf(err) == vocab.ReasonRuntimeImageNotInstalled {
-		gen, err = waitOnDemand(l, lease)
+		gen, err = waitOnDemand(l, lease, auth.Epoch)
 	}
 	if err != nil {
 		return err
 	}
 	*leased = true
+	if gen.Epoch != auth.Epoch && auth.OnDemand {
+		// The RuntimeImage was recreated while an older epoch stayed installed here (a
+		// container still uses it): the new epoch is installed on demand like a first use.
+		if gen, err = waitOnDemand(l, lease, auth.Epoch); err != nil {
+			return err
+		}
+	}
 	if gen.Epoch != auth.Epoch {
 		return vocab.Errorf(vocab.ReasonRuntimeImageEpochMismatch,
 			"the installed %s belongs to RuntimeImage %s but the authorization is for %s (the RuntimeImage was recreated); the provisioner installs the new one", id, gen.Epoch, auth.Epoch)
@@ -230,8 +237,9 @@ func recheck(l hoststate.Layout, id string, gen hoststate.Generation) error {
 	return nil
 }
 
-// waitOnDemand asks the agent to install an OnDemand runtime and waits for it, bounded.
-func waitOnDemand(l hoststate.Layout, lease hoststate.Lease) (hoststate.Generation, error) {
+// waitOnDemand asks the agent to install an OnDemand runtime of epoch and waits for it,
+// bounded; the lease follows current as it moves.
+func waitOnDemand(l hoststate.Layout, lease hoststate.Lease, epoch string) (hoststate.Generation, error) {
 	if err := l.RequestInstall(lease.ID); err != nil {
 		return hoststate.Generation{}, err
 	}
@@ -239,7 +247,7 @@ func waitOnDemand(l hoststate.Layout, lease hoststate.Lease) (hoststate.Generati
 	deadline := time.Now().Add(wait)
 	for time.Now().Before(deadline) {
 		time.Sleep(250 * time.Millisecond)
-		if g, err := l.LeaseCurrent(lease); err == nil {
+		if g, err := l.LeaseCurrent(lease); err == nil && g.Epoch == epoch {
 			return g, nil
 		}
 	}

@@ -259,21 +259,65 @@ func TestAgentOnDemandInstall(t *testing.T) {
 	expectReason(t, err, vocab.ReasonRuntimeImageInstalling)
 
 	// With the agent running (and a period of an hour), the request wakes it.
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan struct{})
-	defer func() { stop(); <-ran }() // Run returns once its installs stopped
-	must(host.CloseFence())          // an agent (re)start: the fence is closed until its first pass
-	go func() { defer close(ran); _ = ag.Run(runCtx) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for host.CheckFence() != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the agent never opened the startup fence")
+	run := func() (stop func()) {
+		runCtx, cancel := context.WithCancel(ctx)
+		ran := make(chan struct{})
+		must(host.CloseFence()) // an agent (re)start: the fence is closed until its first pass
+		go func() { defer close(ran); _ = ag.Run(runCtx) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for host.CheckFence() != nil {
+			if time.Now().After(deadline) {
+				t.Fatal("the agent never opened the startup fence")
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		time.Sleep(100 * time.Millisecond)
+		return func() { cancel(); <-ran } // Run returns once its installs stopped
 	}
+	stop := run()
+	defer func() { stop() }()
 	cid, pod, err := d.start(t, nil, nil)
 	if err != nil {
 		t.Fatalf("first start of an OnDemand runtime: %v", err)
+	}
+	if out := d.output(t, cid, pod); !strings.Contains(out, "GENERATION=1") {
+		t.Fatalf("output: %s", out)
+	}
+
+	// The RuntimeImage is recreated while the old epoch stays installed: the next start
+	// asks for the new epoch as on first use, and runs on it.
+	// The agent's passes are driven by hand here (its period is long and nothing wakes it).
+	stop()
+	stop = func() {}
+	old := ri.UID
+	must(c.Delete(ctx, ri))
+	deadline := time.Now().Add(time.Minute)
+	for c.Get(ctx, client.ObjectKeyFromObject(ri), &brewletv1.RuntimeImage{}) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the deleted RuntimeImage is still there (its finalizer waits for this node)")
+		}
+		must(ag.ReconcileAndWait(ctx))
+		time.Sleep(200 * time.Millisecond)
+	}
+	ri = runtimeImage(pyID, e.refs["python1"])
+	must(c.Create(ctx, ri))
+	if ri.UID == old {
+		t.Fatal("recreated RuntimeImage kept its UID")
+	}
+	waitGeneration(t, c, ri, 1)
+	must(ag.ReconcileAndWait(ctx))
+	if auth, err := host.ReadAuthorization(pyID); err != nil || auth.Epoch != string(ri.UID) || !auth.OnDemand || auth.Revoked {
+		t.Fatalf("the new epoch is not offered: %+v %v", auth, err)
+	}
+	stop = run()
+	if cur, err := host.Current(pyID); err != nil || cur.Epoch != string(old) {
+		t.Fatalf("current %v %v: the old epoch should still be installed", cur, err)
+	}
+	cid, pod, err = d.start(t, nil, nil)
+	if err != nil {
+		t.Fatalf("start after the RuntimeImage was recreated: %v", err)
+	}
+	if cur, err := host.Current(pyID); err != nil || cur.Epoch != string(ri.UID) {
+		t.Fatalf("current %v %v, want the new epoch %s", cur, err, ri.UID)
 	}
 	if out := d.output(t, cid, pod); !strings.Contains(out, "GENERATION=1") {
 		t.Fatalf("output: %s", out)

@@ -105,7 +105,7 @@ func (c Cluster) PublishStatus(ctx context.Context, nrt *brewletv1.NodeRuntime, 
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		old := nrt.Status
 		old.ObservedAt = nil
-		if reflect.DeepEqual(normalize(old), normalize(st)) {
+		if reflect.DeepEqual(normalize(old), normalize(st)) && !untilStale(old, st, time.Now()) {
 			return nil
 		}
 		now := metav1.NewTime(time.Now().Truncate(time.Second))
@@ -121,7 +121,30 @@ func (c Cluster) PublishStatus(ctx context.Context, nrt *brewletv1.NodeRuntime, 
 	})
 }
 
-// normalize drops fields that change every renewal, so only real changes cause writes.
+// untilStale reports whether a published authorizedUntil must be renewed: it is a lower
+// bound a reader may trust (the node's authorization holds at least until then), so it is
+// written again once less than half of the new authorization's remaining life is left in
+// it. A node then writes its status for renewals once per half authorization TTL, not
+// every pass, and the published value is never in the past while the node is authorized.
+func untilStale(old, st brewletv1.NodeRuntimeStatus, now time.Time) bool {
+	published := map[string]*metav1.Time{}
+	for _, r := range old.Runtimes {
+		published[r.ID] = r.AuthorizedUntil
+	}
+	for _, r := range st.Runtimes {
+		if r.AuthorizedUntil == nil {
+			continue
+		}
+		p := published[r.ID]
+		if p == nil || p.Time.Before(now.Add(r.AuthorizedUntil.Time.Sub(now)/2)) {
+			return true
+		}
+	}
+	return false
+}
+
+// normalize drops fields that change every renewal, so only real changes cause writes
+// (renewals are written when untilStale says so).
 func normalize(s brewletv1.NodeRuntimeStatus) brewletv1.NodeRuntimeStatus {
 	s.ObservedAt = nil
 	rs := make([]brewletv1.NodeRuntimeEntry, len(s.Runtimes))
