@@ -19,6 +19,7 @@ import (
 	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
+	"brewlet.sh/brewlet/test/framework/testimage"
 )
 
 // waitGeneration waits until brewlet-operator (running in the test) has assigned generation
@@ -136,17 +137,17 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 	})
 
 	t.Run("each refused generation is reported and the current one stays in use", func(t *testing.T) {
-		dir := func(n string) framework.TarEntry { return framework.TarEntry{Name: n, Mode: 0o755, Typeflag: '5'} }
-		accounts := []framework.TarEntry{dir("etc/"), {Name: "etc/passwd", Mode: 0o644, Body: []byte("app:x:10001:10001::/home/app:/bin/sh\n")},
+		dir := func(n string) testimage.TarEntry { return testimage.TarEntry{Name: n, Mode: 0o755, Typeflag: '5'} }
+		accounts := []testimage.TarEntry{dir("etc/"), {Name: "etc/passwd", Mode: 0o644, Body: []byte("app:x:10001:10001::/home/app:/bin/sh\n")},
 			{Name: "etc/group", Mode: 0o644, Body: []byte("app:x:10001:\n")}, dir("usr/"), dir("usr/bin/")}
 		gen := int64(2)
 		for _, tc := range []struct {
 			name    string
-			entries []framework.TarEntry
+			entries []testimage.TarEntry
 			env     []string
 			reason  vocab.Reason
 		}{
-			{"setuid", append(accounts, framework.TarEntry{Name: "usr/bin/su", Mode: 0o4755, Body: []byte("ELF")}), nil, vocab.ReasonPrivilegedRuntimeFile},
+			{"setuid", append(accounts, testimage.TarEntry{Name: "usr/bin/su", Mode: 0o4755, Body: []byte("ELF")}), nil, vocab.ReasonPrivilegedRuntimeFile},
 			{"path", accounts, []string{"PATH=/usr/bin:/opt/missing"}, vocab.ReasonInvalidRuntimePath},
 			{"accounts", accounts[:2], nil, vocab.ReasonInvalidAccountFiles},
 		} {

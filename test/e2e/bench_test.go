@@ -22,6 +22,7 @@ import (
 	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
+	"brewlet.sh/brewlet/test/framework/testimage"
 )
 
 // TestBenchShim measures, in one run on one node, the brewlet shim against the stock runc
@@ -38,7 +39,7 @@ func TestBenchShim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := pushRuntime(t, n.Registry+"/runtimes/bench:1", []framework.TarEntry{
+	rt := pushRuntime(t, n.Registry+"/runtimes/bench:1", []testimage.TarEntry{
 		{Name: "bin/", Mode: 0o755, Typeflag: tar.TypeDir},
 		{Name: "bin/busybox", Mode: 0o755, Body: bb},
 	}, nil)

@@ -20,6 +20,7 @@ import (
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/firsthour"
 	"brewlet.sh/brewlet/test/framework"
+	"brewlet.sh/brewlet/test/framework/testimage"
 )
 
 // buildCLI compiles cmd/brewlet once per test.
@@ -179,15 +180,15 @@ func TestCLIPushInspectVerify(t *testing.T) {
 		if code != 1 || !strings.Contains(errOut, "LayerPathViolation") || !strings.Contains(errOut, "etc") {
 			t.Fatalf("verify hostile: exit %d: %s", code, errOut)
 		}
-		bb, err := framework.BusyboxLayer()
+		bb, err := testimage.BusyboxLayer()
 		if err != nil {
 			t.Fatal(err)
 		}
-		img, err := framework.Image(v1.Config{Cmd: []string{"sh"}}, bb)
+		img, err := testimage.Image(v1.Config{Cmd: []string{"sh"}}, bb)
 		if err != nil {
 			t.Fatal(err)
 		}
-		plain, err := framework.Push(img, reg.Addr+"/plain/busybox:1")
+		plain, err := testimage.Push(img, reg.Addr+"/plain/busybox:1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,23 +203,23 @@ func TestCLIPushInspectVerify(t *testing.T) {
 // files, bypassing the CLI's own validation, as a hostile producer would.
 func pushHandmade(t *testing.T, ref string, files map[string]string) string {
 	t.Helper()
-	var entries []framework.TarEntry
+	var entries []testimage.TarEntry
 	for p, body := range files {
-		entries = append(entries, framework.TarEntry{Name: p, Mode: 0o644, Body: []byte(body)})
+		entries = append(entries, testimage.TarEntry{Name: p, Mode: 0o644, Body: []byte(body)})
 	}
 	return pushHandmadeEntries(t, ref, entries)
 }
 
 // pushHandmadeEntries is pushHandmade with full control over the app layers' entries
 // (one layer per argument, lowest first).
-func pushHandmadeEntries(t *testing.T, ref string, layers ...[]framework.TarEntry) string {
+func pushHandmadeEntries(t *testing.T, ref string, layers ...[]testimage.TarEntry) string {
 	t.Helper()
 	return pushCrafted(t, ref, nil, vocab.ArtifactVersion, layers...)
 }
 
 // pushCrafted pushes an artifact whose config can differ from its launch.json and whose
 // version annotation is given, as a buggy or hostile producer would.
-func pushCrafted(t *testing.T, ref string, mutateConfig func(*v1.Config), version string, layers ...[]framework.TarEntry) string {
+func pushCrafted(t *testing.T, ref string, mutateConfig func(*v1.Config), version string, layers ...[]testimage.TarEntry) string {
 	t.Helper()
 	l := &artifact.Launch{SchemaVersion: 2, Process: artifact.Process{Entrypoint: []string{"sh"}, WorkingDir: "/app"}}
 	launchTar, err := artifact.LaunchLayerTar(l)
@@ -229,7 +230,7 @@ func pushCrafted(t *testing.T, ref string, mutateConfig func(*v1.Config), versio
 	if mutateConfig != nil {
 		mutateConfig(&cfg)
 	}
-	img, err := framework.Image(cfg)
+	img, err := testimage.Image(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +240,7 @@ func pushCrafted(t *testing.T, ref string, mutateConfig func(*v1.Config), versio
 	}
 	var all []roleTar
 	for _, entries := range layers {
-		b, err := framework.LayerTar(entries)
+		b, err := testimage.LayerTar(entries)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,7 +260,7 @@ func pushCrafted(t *testing.T, ref string, mutateConfig func(*v1.Config), versio
 	if version != "" {
 		img = mutate.Annotations(img, map[string]string{vocab.AnnotationArtifactVersion: version}).(v1.Image)
 	}
-	out, err := framework.Push(img, ref)
+	out, err := testimage.Push(img, ref)
 	if err != nil {
 		t.Fatal(err)
 	}

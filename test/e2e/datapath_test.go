@@ -18,6 +18,7 @@ import (
 	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
+	"brewlet.sh/brewlet/test/framework/testimage"
 )
 
 const pyID = "python-3.11"
@@ -313,7 +314,7 @@ func TestDataPathRunsAppOnRuntime(t *testing.T) {
 			vocab.AnnotationRotatedToGeneration: `{"id":"` + pyID + `","epoch":"` + d.epoch + `","generation":9}`}, nil)
 		expectReason(t, err, vocab.ReasonRuntimeImageUpdating)
 		// The manifest and config are checked from containerd's content store.
-		okApp := [][]framework.TarEntry{{{Name: "app/", Mode: 0o755, Typeflag: tar.TypeDir}, {Name: "app/x", Mode: 0o644, Body: []byte("x")}}}
+		okApp := [][]testimage.TarEntry{{{Name: "app/", Mode: 0o755, Typeflag: tar.TypeDir}, {Name: "app/x", Mode: 0o644, Body: []byte("x")}}}
 		mismatch := pushCrafted(t, d.n.Registry+"/apps/mismatch:1", func(c *v1.Config) { c.Entrypoint = []string{"/app/other"} }, vocab.ArtifactVersion, okApp...)
 		_, _, err = d.start(t, nil, func(c *runtimeapi.ContainerConfig) { c.Image.Image = mismatch })
 		expectReason(t, err, vocab.ReasonLaunchConfigMismatch)
@@ -323,11 +324,11 @@ func TestDataPathRunsAppOnRuntime(t *testing.T) {
 
 		// The hostile layers that survive containerd's unpacking are refused from the
 		// snapshot before anything is mounted.
-		dir := func(name string, mode int64) framework.TarEntry {
-			return framework.TarEntry{Name: name, Mode: mode, Typeflag: tar.TypeDir}
+		dir := func(name string, mode int64) testimage.TarEntry {
+			return testimage.TarEntry{Name: name, Mode: mode, Typeflag: tar.TypeDir}
 		}
 		app := dir("app/", 0o755)
-		for i, entries := range [][]framework.TarEntry{
+		for i, entries := range [][]testimage.TarEntry{
 			{{Name: "etc/passwd", Mode: 0o644, Body: []byte("root::0:0::/:/bin/sh\n")}},
 			{app, {Name: "app/passwd", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"}},
 			{app, {Name: "app/up", Typeflag: tar.TypeSymlink, Linkname: "../etc"}},
@@ -340,9 +341,9 @@ func TestDataPathRunsAppOnRuntime(t *testing.T) {
 			// this one sits on a second layer, where it would hide the runtime's /usr.
 			{{Name: ".wh.usr", Mode: 0o644}},
 		} {
-			layers := [][]framework.TarEntry{entries}
+			layers := [][]testimage.TarEntry{entries}
 			if entries[0].Name == ".wh.usr" {
-				layers = [][]framework.TarEntry{{app, {Name: "app/x", Mode: 0o644, Body: []byte("x")}}, entries}
+				layers = [][]testimage.TarEntry{{app, {Name: "app/x", Mode: 0o644, Body: []byte("x")}}, entries}
 			}
 			hostile := pushHandmadeEntries(t, fmt.Sprintf("%s/apps/hostile:%d", d.n.Registry, i), layers...)
 			_, _, err = d.start(t, nil, func(c *runtimeapi.ContainerConfig) { c.Image.Image = hostile })

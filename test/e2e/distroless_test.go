@@ -15,6 +15,7 @@ import (
 	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
+	"brewlet.sh/brewlet/test/framework/testimage"
 )
 
 // A distroless runtime (no PATH, no account files) runs an absolute entrypoint as the
@@ -27,7 +28,7 @@ func TestDistrolessRuntimeAndHiddenRuntimeApp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := pushRuntime(t, n.Registry+"/runtimes/distroless:1", []framework.TarEntry{
+	rt := pushRuntime(t, n.Registry+"/runtimes/distroless:1", []testimage.TarEntry{
 		{Name: "bin/", Mode: 0o755, Typeflag: tar.TypeDir},
 		{Name: "bin/busybox", Mode: 0o755, Body: bb},
 		{Name: "app/", Mode: 0o755, Typeflag: tar.TypeDir},

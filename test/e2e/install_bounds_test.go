@@ -31,6 +31,7 @@ import (
 	"brewlet.sh/brewlet/internal/registry"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
+	"brewlet.sh/brewlet/test/framework/testimage"
 )
 
 // shellImage is a small runtime image (static busybox) every install test can pass.
@@ -40,11 +41,11 @@ func shellImage(t *testing.T) v1.Image {
 	if err != nil {
 		framework.Unavailable(t, "static busybox (Debian package busybox-static): %v", err)
 	}
-	layer, err := framework.LayerTar([]framework.TarEntry{{Name: "bin/", Mode: 0o755, Typeflag: '5'}, {Name: "bin/busybox", Mode: 0o755, Body: bb}})
+	layer, err := testimage.LayerTar([]testimage.TarEntry{{Name: "bin/", Mode: 0o755, Typeflag: '5'}, {Name: "bin/busybox", Mode: 0o755, Body: bb}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := framework.Image(v1.Config{}, layer)
+	img, err := testimage.Image(v1.Config{}, layer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,11 +139,11 @@ func TestInstallSkipsHostileMirror(t *testing.T) {
 	origin := framework.StartRegistry(t)
 	mirror := framework.StartRegistry(t)
 	img := shellImage(t)
-	ref, err := framework.Push(img, origin.Addr+"/runtimes/shell:1")
+	ref, err := testimage.Push(img, origin.Addr+"/runtimes/shell:1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := framework.Push(img, mirror.Addr+"/runtimes/shell:1"); err != nil {
+	if _, err := testimage.Push(img, mirror.Addr+"/runtimes/shell:1"); err != nil {
 		t.Fatal(err)
 	}
 	// Swap the layer blob on the mirror's disk for a bomb of the same size, so the registry
@@ -185,7 +186,7 @@ func TestInstallSkipsHostileMirror(t *testing.T) {
 	})
 
 	t.Run("a hostile image only the mirror has is the mirror's failure, not the runtime's", func(t *testing.T) {
-		hostile, err := framework.Push(bombImage(t, gzipBomb(t, 256<<20)), mirror.Addr+"/runtimes/bomb:1")
+		hostile, err := testimage.Push(bombImage(t, gzipBomb(t, 256<<20)), mirror.Addr+"/runtimes/bomb:1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -261,7 +262,7 @@ func TestInstallRegistryStall(t *testing.T) {
 	framework.RequireRoot(t)
 	reg := framework.StartRegistry(t)
 	img := shellImage(t)
-	ref, err := framework.Push(img, reg.Addr+"/runtimes/shell:1")
+	ref, err := testimage.Push(img, reg.Addr+"/runtimes/shell:1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +333,7 @@ func TestInstallRegistryStall(t *testing.T) {
 func TestInstallReverifiesCacheAndCollectsWorkspaces(t *testing.T) {
 	framework.RequireRoot(t)
 	reg := framework.StartRegistry(t)
-	ref, err := framework.Push(shellImage(t), reg.Addr+"/runtimes/shell:1")
+	ref, err := testimage.Push(shellImage(t), reg.Addr+"/runtimes/shell:1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +405,7 @@ func TestInstallReverifiesCacheAndCollectsWorkspaces(t *testing.T) {
 func TestInstallConcurrentSharedLayer(t *testing.T) {
 	framework.RequireRoot(t)
 	reg := framework.StartRegistry(t)
-	ref, err := framework.Push(shellImage(t), reg.Addr+"/runtimes/shell:1")
+	ref, err := testimage.Push(shellImage(t), reg.Addr+"/runtimes/shell:1")
 	if err != nil {
 		t.Fatal(err)
 	}

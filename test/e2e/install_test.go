@@ -19,6 +19,7 @@ import (
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/firsthour"
 	"brewlet.sh/brewlet/test/framework"
+	"brewlet.sh/brewlet/test/framework/testimage"
 )
 
 // buildRuntimes runs hack/runtimes.sh against a registry and returns NAME -> REF@digest.
@@ -146,7 +147,7 @@ func TestInstallGenerations(t *testing.T) {
 	})
 
 	t.Run("refused generation never becomes current", func(t *testing.T) {
-		bad := pushRuntime(t, reg.Addr+"/runtimes/bad:1", []framework.TarEntry{
+		bad := pushRuntime(t, reg.Addr+"/runtimes/bad:1", []testimage.TarEntry{
 			{Name: "etc/", Mode: 0o755, Typeflag: '5'},
 			{Name: "etc/passwd", Mode: 0o644, Body: []byte("app:x:10001:10001::/home/app:/bin/sh\n")},
 			{Name: "etc/group", Mode: 0o644, Body: []byte("app:x:10001:\n")},
@@ -229,17 +230,17 @@ func sameSet(a, b []string) bool {
 }
 
 // pushRuntime pushes a single-layer runtime image built without the CLI's validation.
-func pushRuntime(t *testing.T, ref string, entries []framework.TarEntry, env []string) string {
+func pushRuntime(t *testing.T, ref string, entries []testimage.TarEntry, env []string) string {
 	t.Helper()
-	layer, err := framework.LayerTar(entries)
+	layer, err := testimage.LayerTar(entries)
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := framework.Image(v1.Config{Env: env}, layer)
+	img, err := testimage.Image(v1.Config{Env: env}, layer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := framework.Push(img, ref)
+	out, err := testimage.Push(img, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,15 +256,15 @@ func TestInstallWithRegistryCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	layer, err := framework.LayerTar([]framework.TarEntry{{Name: "bin/", Mode: 0o755, Typeflag: '5'}, {Name: "bin/busybox", Mode: 0o755, Body: bb}})
+	layer, err := testimage.LayerTar([]testimage.TarEntry{{Name: "bin/", Mode: 0o755, Typeflag: '5'}, {Name: "bin/busybox", Mode: 0o755, Body: bb}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := framework.Image(v1.Config{}, layer)
+	img, err := testimage.Image(v1.Config{}, layer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := framework.Push(img, reg.Addr+"/runtimes/private:1", remote.WithAuth(&authn.Basic{Username: "puller", Password: "s3cret-pass"}))
+	ref, err := testimage.Push(img, reg.Addr+"/runtimes/private:1", remote.WithAuth(&authn.Basic{Username: "puller", Password: "s3cret-pass"}))
 	if err != nil {
 		t.Fatalf("push with credentials: %v", err)
 	}

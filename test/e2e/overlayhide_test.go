@@ -14,7 +14,7 @@ import (
 
 	"brewlet.sh/brewlet/internal/artifact"
 	"brewlet.sh/brewlet/internal/vocab"
-	"brewlet.sh/brewlet/test/framework"
+	"brewlet.sh/brewlet/test/framework/testimage"
 )
 
 // paxEntry is one tar entry with optional PAX extended attributes, which containerd's
@@ -57,7 +57,7 @@ func pushRawApp(t *testing.T, ref string, layers ...[]byte) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := framework.Image(artifact.ImageConfig(l))
+	img, err := testimage.Image(artifact.ImageConfig(l))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func pushRawApp(t *testing.T, ref string, layers ...[]byte) string {
 		}
 	}
 	img = mutate.Annotations(img, map[string]string{vocab.AnnotationArtifactVersion: vocab.ArtifactVersion}).(v1.Image)
-	out, err := framework.Push(img, ref)
+	out, err := testimage.Push(img, ref)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"brewlet.sh/brewlet/test/framework"
+	"brewlet.sh/brewlet/test/framework/testimage"
 )
 
 // appFiles is application i's source tree under /app: a small socket web server (src/) and
@@ -88,18 +88,18 @@ func appLayer(t *testing.T, files map[string]string) v1.Layer {
 	}
 	sort.Strings(paths)
 	dirs := map[string]bool{}
-	entries := []framework.TarEntry{{Name: "app/", Mode: 0o755, Typeflag: tar.TypeDir}}
+	entries := []testimage.TarEntry{{Name: "app/", Mode: 0o755, Typeflag: tar.TypeDir}}
 	for _, p := range paths {
 		for d := filepath.Dir(p); d != "."; d = filepath.Dir(d) {
 			if !dirs[d] {
 				dirs[d] = true
-				entries = append(entries, framework.TarEntry{Name: "app/" + d + "/", Mode: 0o755, Typeflag: tar.TypeDir})
+				entries = append(entries, testimage.TarEntry{Name: "app/" + d + "/", Mode: 0o755, Typeflag: tar.TypeDir})
 			}
 		}
-		entries = append(entries, framework.TarEntry{Name: "app/" + p, Mode: 0o644, Body: []byte(files[p])})
+		entries = append(entries, testimage.TarEntry{Name: "app/" + p, Mode: 0o644, Body: []byte(files[p])})
 	}
 	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
-	raw, err := framework.LayerTar(entries)
+	raw, err := testimage.LayerTar(entries)
 	if err != nil {
 		t.Fatal(err)
 	}

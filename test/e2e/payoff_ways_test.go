@@ -19,7 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"brewlet.sh/brewlet/internal/vocab"
-	"brewlet.sh/brewlet/test/framework"
+	"brewlet.sh/brewlet/test/framework/testimage"
 )
 
 // payWay is one way of publishing and running the applications, and what it measured.
@@ -66,7 +66,7 @@ func (p *payoff) conventional(key, title string, bases int) *payWay {
 		if k > 0 {
 			img = p.driftedBase(k)
 		}
-		ref, err := framework.Push(img, fmt.Sprintf("%s/bases/%s-python:%d", p.d.n.Registry, key, k))
+		ref, err := testimage.Push(img, fmt.Sprintf("%s/bases/%s-python:%d", p.d.n.Registry, key, k))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +112,7 @@ func (p *payoff) conventional(key, title string, bases int) *payWay {
 		if img, err = mutate.ConfigFile(img, cf); err != nil {
 			t.Fatal(err)
 		}
-		ref, err := framework.Push(img, fmt.Sprintf("%s/%s/app%d:v%d-g%d", p.d.n.Registry, key, app, version, gen), remote.WithTransport(p.pushed))
+		ref, err := testimage.Push(img, fmt.Sprintf("%s/%s/app%d:v%d-g%d", p.d.n.Registry, key, app, version, gen), remote.WithTransport(p.pushed))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/test/framework/pki"
 )
 
 // ControlPlaneOptions choose the optional components.
@@ -53,7 +54,7 @@ type ControlPlane struct {
 	// Address is where the API server listens: 127.0.0.1 unless the options name one.
 	Address string
 	Port    int
-	pki     *pki
+	pki     *pki.PKI
 	etcdURL string
 	opts    ControlPlaneOptions
 }
@@ -80,7 +81,7 @@ func StartControlPlane(t TB, opts ControlPlaneOptions) *ControlPlane {
 		extra = append(extra, net.ParseIP(opts.Address))
 	}
 	var err error
-	if cp.pki, err = newPKI(filepath.Join(in.Dir, "pki"), extra...); err != nil {
+	if cp.pki, err = pki.New(filepath.Join(in.Dir, "pki"), extra...); err != nil {
 		t.Fatalf("control plane certificates: %v", err)
 	}
 	if err := cp.startEtcd(t, etcdBin); err != nil {

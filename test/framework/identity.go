@@ -40,5 +40,5 @@ func (cp *ControlPlane) KubeletClient(t TB, node string) client.Client {
 // issueClient writes <dir>/client.crt and .key: a client certificate of the control
 // plane's CA for user name in groups.
 func (cp *ControlPlane) issueClient(dir, name string, groups ...string) (crt, key string, err error) {
-	return cp.pki.issueIn(dir, "client", pkix.Name{CommonName: name, Organization: groups}, nil, nil, x509.ExtKeyUsageClientAuth)
+	return cp.pki.IssueIn(dir, "client", pkix.Name{CommonName: name, Organization: groups}, nil, nil, x509.ExtKeyUsageClientAuth)
 }

@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"sync"
 	"time"
+
+	"brewlet.sh/brewlet/test/framework/hostops"
 )
 
 // BaseDir holds one directory per running harness instance. It is private to Brewlet's
@@ -33,11 +35,7 @@ type Resources struct {
 }
 
 // ProcRecord identifies a process across PID reuse.
-type ProcRecord struct {
-	Name      string `json:"name"`
-	PID       int    `json:"pid"`
-	StartTime string `json:"startTime"`
-}
+type ProcRecord = hostops.ProcRecord
 
 // Instance is one harness component set (a control plane or a node) and its directory.
 type Instance struct {
@@ -67,7 +65,7 @@ func NewInstance(t TB, kind string) *Instance {
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		t.Fatalf("create instance dir: %v", err)
 	}
-	self, err := procRecord("test", os.Getpid())
+	self, err := hostops.Record("test", os.Getpid())
 	if err != nil {
 		t.Fatalf("identify test process: %v", err)
 	}
@@ -136,7 +134,7 @@ func (in *Instance) Cleanup() error {
 	var errs []error
 	// Container processes first, so that shims and containerd exit cleanly.
 	if res.CgroupParent != "" {
-		killCgroupProcesses(res.CgroupParent)
+		hostops.KillCgroupProcesses(res.CgroupParent)
 	}
 	for i := len(procs) - 1; i >= 0; i-- {
 		procs[i].Stop(10 * time.Second)
@@ -161,22 +159,22 @@ func removeHostResources(dir string, res Resources) []error {
 	// Newest first: a kubelet still running (make down) dies before its containerd and can
 	// no longer restart the containers killed next.
 	for i := len(res.Processes) - 1; i >= 0; i-- {
-		killRecorded(res.Processes[i])
+		hostops.Kill(res.Processes[i])
 	}
 	if res.CgroupParent != "" {
-		killCgroupProcesses(res.CgroupParent)
+		hostops.KillCgroupProcesses(res.CgroupParent)
 	}
-	killReferencing(dir) // containerd shims and anything else started with our paths
-	if err := unmountUnder(dir); err != nil {
+	hostops.KillReferencing(dir) // containerd shims and anything else started with our paths
+	if err := hostops.UnmountUnder(dir); err != nil {
 		errs = append(errs, err)
 	}
 	if res.Bridge != "" {
-		if err := deleteLink(res.Bridge); err != nil {
+		if err := hostops.DeleteLink(res.Bridge); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if res.CgroupParent != "" {
-		if err := removeCgroups(res.CgroupParent); err != nil {
+		if err := hostops.RemoveCgroups(res.CgroupParent); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -189,7 +187,7 @@ func removeHostResources(dir string, res Resources) []error {
 func (in *Instance) dumpLogs(t TB) {
 	files, _ := filepath.Glob(filepath.Join(in.Dir, "logs", "*.log"))
 	for _, f := range files {
-		t.Logf("---- last lines of %s ----\n%s", filepath.Base(f), tailFile(f, 40))
+		t.Logf("---- last lines of %s ----\n%s", filepath.Base(f), hostops.TailFile(f, 40))
 	}
 }
 
@@ -249,7 +247,7 @@ func sweep(all bool) []error {
 			errs = append(errs, fmt.Errorf("%s: not removed: %w", dir, err))
 			continue
 		}
-		if !all && sameProcess(res.Owner) {
+		if !all && hostops.Same(res.Owner) {
 			continue // its test is still running
 		}
 		errs = append(errs, removeHostResources(dir, res)...)
@@ -273,7 +271,7 @@ func CheckAlive(dir string) error {
 		latest[p.Name] = p
 	}
 	for _, p := range latest {
-		if !sameProcess(p) {
+		if !hostops.Same(p) {
 			return fmt.Errorf("%s (pid %d) of %s is gone", p.Name, p.PID, dir)
 		}
 	}

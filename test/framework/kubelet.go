@@ -20,6 +20,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"brewlet.sh/brewlet/test/framework/hostops"
 )
 
 // KubeletOptions vary a kubelet node.
@@ -144,7 +146,7 @@ func (k *KubeletNode) file(name string) string { return filepath.Join(k.Dir, "ku
 // createCgroupRoot creates the node's cgroup parent in every hierarchy: the kubelet
 // requires its cgroupRoot to exist and puts kubepods (and every pod) below it.
 func (k *KubeletNode) createCgroupRoot() error {
-	for _, d := range cgroupDirs(k.CgroupParent) {
+	for _, d := range hostops.CgroupDirs(k.CgroupParent) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -177,7 +179,7 @@ func (k *KubeletNode) writeCredentials(cp *ControlPlane) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := cp.pki.issueIn(dir, "serving", pkix.Name{CommonName: k.NodeName}, []string{k.NodeName, "localhost"},
+	if _, _, err := cp.pki.IssueIn(dir, "serving", pkix.Name{CommonName: k.NodeName}, []string{k.NodeName, "localhost"},
 		[]net.IP{net.ParseIP(k.NodeIP), net.ParseIP("127.0.0.1")}, x509.ExtKeyUsageServerAuth); err != nil {
 		return err
 	}
@@ -379,7 +381,7 @@ func containingMount(path string) (string, error) {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMount(fields[4])
+		mp := hostops.UnescapeMount(fields[4])
 		if (mp == "/" || path == mp || strings.HasPrefix(path, mp+"/")) && len(mp) > len(best) {
 			best = mp
 		}

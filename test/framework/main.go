@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"brewlet.sh/brewlet/test/framework/hostops"
 )
 
 // Main runs a package's tests so that harness components never outlive them: it first
@@ -20,7 +22,7 @@ import (
 //
 //	func TestMain(m *testing.M) { framework.Main(m) }
 func Main(m *testing.M) {
-	EnterNodeMountNamespace()
+	hostops.EnterNodeMountNamespace()
 	flag.Parse()
 	for _, err := range Sweep() {
 		fmt.Fprintf(os.Stderr, "framework: removing leftovers of an earlier run: %v\n", err)

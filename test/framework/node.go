@@ -22,6 +22,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/framework/testimage"
 )
 
 // Node is a real container node: containerd with its CRI plugin, runc, a loopback OCI
@@ -201,26 +202,26 @@ func (n *Node) pushBaseImages(TB) error {
 	if err != nil {
 		return err
 	}
-	pl, err := LayerTar([]TarEntry{{Name: "pause", Mode: 0o755, Body: pause}})
+	pl, err := testimage.LayerTar([]testimage.TarEntry{{Name: "pause", Mode: 0o755, Body: pause}})
 	if err != nil {
 		return err
 	}
-	img, err := Image(v1.Config{Entrypoint: []string{"/pause"}}, pl)
+	img, err := testimage.Image(v1.Config{Entrypoint: []string{"/pause"}}, pl)
 	if err != nil {
 		return err
 	}
-	if n.PauseImage, err = Push(img, n.Registry+"/e2e/pause:1"); err != nil {
+	if n.PauseImage, err = testimage.Push(img, n.Registry+"/e2e/pause:1"); err != nil {
 		return err
 	}
-	bl, err := BusyboxLayer()
+	bl, err := testimage.BusyboxLayer()
 	if err != nil {
 		return err
 	}
-	img, err = Image(v1.Config{Cmd: []string{"sh"}, Env: []string{"PATH=/bin"}}, bl)
+	img, err = testimage.Image(v1.Config{Cmd: []string{"sh"}, Env: []string{"PATH=/bin"}}, bl)
 	if err != nil {
 		return err
 	}
-	n.BusyboxImage, err = Push(img, n.Registry+"/e2e/busybox:1")
+	n.BusyboxImage, err = testimage.Push(img, n.Registry+"/e2e/busybox:1")
 	return err
 }
 

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"brewlet.sh/brewlet/test/framework/hostops"
 )
 
 // Process is a component the harness started. It runs in its own process group and dies
@@ -51,7 +53,7 @@ func (in *Instance) Start(name string, env []string, args ...string) (*Process, 
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &Process{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
-	p.rec, _ = procRecord(name, cmd.Process.Pid)
+	p.rec, _ = hostops.Record(name, cmd.Process.Pid)
 	go func() {
 		p.waitErr = cmd.Wait()
 		_ = lf.Close()
@@ -90,7 +92,7 @@ func (p *Process) Stop(grace time.Duration) {
 }
 
 // Tail returns the last n lines of the process's log.
-func (p *Process) Tail(n int) string { return tailFile(p.LogPath, n) }
+func (p *Process) Tail(n int) string { return hostops.TailFile(p.LogPath, n) }
 
 // WaitReady polls check until it succeeds, the process exits, or the timeout passes; the
 // error then carries the end of the component's log.

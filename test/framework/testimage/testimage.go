@@ -1,4 +1,6 @@
-package framework
+// Package testimage builds small OCI images for tests (layers from tar entries, busybox
+// from the machine's static binary) and pushes them to the harness's registry.
+package testimage
 
 import (
 	"archive/tar"

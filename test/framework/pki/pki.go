@@ -1,4 +1,6 @@
-package framework
+// Package pki is the test control plane's certificate authority: a CA and the leaf
+// certificates of the API server, its clients and kubelets, written as PEM files.
+package pki
 
 import (
 	"crypto/ecdsa"
@@ -15,8 +17,8 @@ import (
 	"time"
 )
 
-// pki is the control plane's certificate set, written as PEM files in dir.
-type pki struct {
+// PKI is the control plane's certificate set, written as PEM files in dir.
+type PKI struct {
 	dir    string
 	ca     *x509.Certificate
 	caKey  *ecdsa.PrivateKey
@@ -36,13 +38,13 @@ type pki struct {
 // certValidity is long enough for a local cluster left running for days (make demo).
 const certValidity = 30 * 24 * time.Hour
 
-// newPKI creates the CA and the control plane's certificates; the API server's is valid for
+// New creates the CA and the control plane's certificates; the API server's is valid for
 // loopback and the extra addresses.
-func newPKI(dir string, apiServerIPs ...net.IP) (*pki, error) {
+func New(dir string, apiServerIPs ...net.IP) (*PKI, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	p := &pki{dir: dir}
+	p := &PKI{dir: dir}
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -68,18 +70,18 @@ func newPKI(dir string, apiServerIPs ...net.IP) (*pki, error) {
 	if p.CAKey, err = writeECKey(dir, "ca.key", caKey); err != nil {
 		return nil, err
 	}
-	p.Server, p.SrvKey, err = p.issue("apiserver", pkix.Name{CommonName: "kube-apiserver"},
+	p.Server, p.SrvKey, err = p.Issue("apiserver", pkix.Name{CommonName: "kube-apiserver"},
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
 		append([]net.IP{net.ParseIP("127.0.0.1")}, apiServerIPs...), x509.ExtKeyUsageServerAuth)
 	if err != nil {
 		return nil, err
 	}
-	p.Admin, p.AdmKey, err = p.issue("admin", pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}},
+	p.Admin, p.AdmKey, err = p.Issue("admin", pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}},
 		nil, nil, x509.ExtKeyUsageClientAuth)
 	if err != nil {
 		return nil, err
 	}
-	p.KubeletClient, p.KubeletClientKey, err = p.issue("apiserver-kubelet-client",
+	p.KubeletClient, p.KubeletClientKey, err = p.Issue("apiserver-kubelet-client",
 		pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}}, nil, nil, x509.ExtKeyUsageClientAuth)
 	if err != nil {
 		return nil, err
@@ -98,13 +100,13 @@ func newPKI(dir string, apiServerIPs ...net.IP) (*pki, error) {
 	return p, nil
 }
 
-// issue signs a leaf certificate with the CA and writes it to the PKI directory.
-func (p *pki) issue(name string, subj pkix.Name, dns []string, ips []net.IP, usage x509.ExtKeyUsage) (string, string, error) {
-	return p.issueIn(p.dir, name, subj, dns, ips, usage)
+// Issue signs a leaf certificate with the CA and writes it to the PKI directory.
+func (p *PKI) Issue(name string, subj pkix.Name, dns []string, ips []net.IP, usage x509.ExtKeyUsage) (string, string, error) {
+	return p.IssueIn(p.dir, name, subj, dns, ips, usage)
 }
 
-// issueIn signs a leaf certificate with the CA and writes <dir>/<name>.crt and .key.
-func (p *pki) issueIn(dir, name string, subj pkix.Name, dns []string, ips []net.IP, usage x509.ExtKeyUsage) (string, string, error) {
+// IssueIn signs a leaf certificate with the CA and writes <dir>/<name>.crt and .key.
+func (p *PKI) IssueIn(dir, name string, subj pkix.Name, dns []string, ips []net.IP, usage x509.ExtKeyUsage) (string, string, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return "", "", err

@@ -1,4 +1,8 @@
-package framework
+// Package hostops is what the test harness does to the host, always limited to what it
+// started or owns: processes recorded with their start time (a reused PID is never
+// killed), its cgroups, mounts under its own directories and its bridge; and the node
+// mount namespace the e2e binaries enter.
+package hostops
 
 import (
 	"bufio"
@@ -16,8 +20,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// procRecord reads a process's start time so a later kill can tell it from a reused PID.
-func procRecord(name string, pid int) (ProcRecord, error) {
+// ProcRecord identifies a process across PID reuse.
+type ProcRecord struct {
+	Name      string `json:"name"`
+	PID       int    `json:"pid"`
+	StartTime string `json:"startTime"`
+}
+
+// Record reads a process's start time so a later kill can tell it from a reused PID.
+func Record(name string, pid int) (ProcRecord, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return ProcRecord{}, err
@@ -31,21 +42,21 @@ func procRecord(name string, pid int) (ProcRecord, error) {
 	return ProcRecord{Name: name, PID: pid, StartTime: f[19]}, nil
 }
 
-func sameProcess(p ProcRecord) bool {
-	cur, err := procRecord(p.Name, p.PID)
+func Same(p ProcRecord) bool {
+	cur, err := Record(p.Name, p.PID)
 	return err == nil && cur.StartTime == p.StartTime
 }
 
-func killRecorded(p ProcRecord) {
-	if p.PID > 0 && sameProcess(p) {
+func Kill(p ProcRecord) {
+	if p.PID > 0 && Same(p) {
 		_ = syscall.Kill(p.PID, syscall.SIGKILL)
-		waitGone(p, 5*time.Second)
+		WaitGone(p, 5*time.Second)
 	}
 }
 
-func waitGone(p ProcRecord, d time.Duration) {
+func WaitGone(p ProcRecord, d time.Duration) {
 	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) && sameProcess(p) {
+	for time.Now().Before(deadline) && Same(p) {
 		if isZombie(p.PID) {
 			return
 		}
@@ -63,9 +74,9 @@ func isZombie(pid int) bool {
 	return len(f) > 0 && f[0] == "Z"
 }
 
-// killReferencing kills processes whose command line names a path under dir. Only our
+// KillReferencing kills processes whose command line names a path under dir. Only our
 // own processes do: every socket, root and log of an instance is under its directory.
-func killReferencing(dir string) {
+func KillReferencing(dir string) {
 	self := os.Getpid()
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -77,15 +88,15 @@ func killReferencing(dir string) {
 		if err != nil || !bytes.Contains(cmd, []byte(dir+"/")) {
 			continue
 		}
-		if rec, err := procRecord("ref", pid); err == nil {
+		if rec, err := Record("ref", pid); err == nil {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
-			waitGone(rec, 5*time.Second)
+			WaitGone(rec, 5*time.Second)
 		}
 	}
 }
 
-// cgroupDirs lists the instance's cgroup directory in every mounted hierarchy.
-func cgroupDirs(parent string) []string {
+// CgroupDirs lists the instance's cgroup directory in every mounted hierarchy.
+func CgroupDirs(parent string) []string {
 	var out []string
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
 		return []string{filepath.Join("/sys/fs/cgroup", parent)} // cgroup v2
@@ -99,8 +110,8 @@ func cgroupDirs(parent string) []string {
 	return out
 }
 
-func killCgroupProcesses(parent string) {
-	for _, root := range cgroupDirs(parent) {
+func KillCgroupProcesses(parent string) {
+	for _, root := range CgroupDirs(parent) {
 		_ = filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
 			if err != nil || !fi.IsDir() {
 				return nil
@@ -119,11 +130,11 @@ func killCgroupProcesses(parent string) {
 	}
 }
 
-// removeCgroups removes the instance's cgroup subtree, deepest first, waiting for killed
+// RemoveCgroups removes the instance's cgroup subtree, deepest first, waiting for killed
 // processes to leave it.
-func removeCgroups(parent string) error {
+func RemoveCgroups(parent string) error {
 	var lastErr error
-	for _, root := range cgroupDirs(parent) {
+	for _, root := range CgroupDirs(parent) {
 		if _, err := os.Stat(root); err != nil {
 			continue
 		}
@@ -152,11 +163,11 @@ func removeCgroups(parent string) error {
 	return lastErr
 }
 
-// unmountUnder unmounts every mount point below dir, deepest first.
-func unmountUnder(dir string) error {
+// UnmountUnder unmounts every mount point below dir, deepest first.
+func UnmountUnder(dir string) error {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		mounts := mountsUnder(dir)
+		mounts := MountsUnder(dir)
 		if len(mounts) == 0 {
 			return nil
 		}
@@ -169,13 +180,13 @@ func unmountUnder(dir string) error {
 			}
 		}
 	}
-	if left := mountsUnder(dir); len(left) > 0 {
+	if left := MountsUnder(dir); len(left) > 0 {
 		return fmt.Errorf("mounts left under %s: %v (%v)", dir, left, lastErr)
 	}
 	return nil
 }
 
-func mountsUnder(dir string) []string {
+func MountsUnder(dir string) []string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil
@@ -189,7 +200,7 @@ func mountsUnder(dir string) []string {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMount(fields[4])
+		mp := UnescapeMount(fields[4])
 		if mp == dir || strings.HasPrefix(mp, dir+"/") {
 			out = append(out, mp)
 		}
@@ -197,7 +208,7 @@ func mountsUnder(dir string) []string {
 	return out
 }
 
-func unescapeMount(s string) string {
+func UnescapeMount(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}
@@ -215,7 +226,7 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
-func deleteLink(name string) error {
+func DeleteLink(name string) error {
 	if _, err := os.Stat(filepath.Join("/sys/class/net", name)); err != nil {
 		return nil
 	}
@@ -225,7 +236,7 @@ func deleteLink(name string) error {
 	return nil
 }
 
-func tailFile(path string, n int) string {
+func TailFile(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err.Error()
