@@ -21,6 +21,7 @@ import (
 	"brewlet.sh/brewlet/test/cluster"
 	"brewlet.sh/brewlet/test/firsthour"
 	"brewlet.sh/brewlet/test/framework"
+	"brewlet.sh/brewlet/test/framework/hostops"
 )
 
 func main() {
@@ -36,7 +37,7 @@ func main() {
 		// The node runs in a mount namespace of its own whose root is shared, as on a real
 		// node, whatever this machine's root is (make down needs no namespace: it kills the
 		// processes, and the namespace with its mounts goes with the last of them).
-		framework.EnterNodeMountNamespace()
+		hostops.EnterNodeMountNamespace()
 	}
 	dir := os.Getenv("BREWLET_DEMO_DIR")
 	if dir == "" {
