@@ -75,6 +75,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		return s.TTRPCTaskService.Create(ctx, r)
 	}
 	l := layout()
+	started := time.Now()
 	if err := markBundle(r.Bundle); err != nil {
 		return nil, refusal(err)
 	}
@@ -97,6 +98,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		return resp, err
 	}
 	l.CountLaunch("started", "")
+	l.RecordLaunchDuration(time.Since(started))
 	return resp, nil
 }
 

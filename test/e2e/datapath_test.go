@@ -389,5 +389,15 @@ func TestDataPathRunsAppOnRuntime(t *testing.T) {
 				t.Errorf("launch counter %s = %d; counters %v", k, counts[k], counts)
 			}
 		}
+		// Each start left its duration for the agent's histogram; refusals are not timed.
+		durations := d.host.TakeLaunchDurations()
+		if int64(len(durations)) != counts["started/none"] {
+			t.Errorf("%d launch durations for %d starts: %v", len(durations), counts["started/none"], durations)
+		}
+		for _, x := range durations {
+			if x <= 0 || x > time.Minute {
+				t.Errorf("launch duration %v", x)
+			}
+		}
 	})
 }

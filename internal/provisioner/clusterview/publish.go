@@ -136,7 +136,7 @@ func untilStale(old, st brewletv1.NodeRuntimeStatus, now time.Time) bool {
 			continue
 		}
 		p := published[r.ID]
-		if p == nil || p.Time.Before(now.Add(r.AuthorizedUntil.Time.Sub(now)/2)) {
+		if p == nil || p.Time.Before(now.Add(r.AuthorizedUntil.Sub(now)/2)) {
 			return true
 		}
 	}

@@ -55,4 +55,23 @@ brewlet_shim_launches_total{outcome="started",reason="none"} 1
 	if n := testutil.CollectAndCount(reg, "brewlet_runtime_image_install_duration_seconds"); n != 1 {
 		t.Fatalf("install duration series: %d", n)
 	}
+	// Launch durations the shims recorded are folded in once, and stay counted.
+	l.RecordLaunchDuration(20 * time.Millisecond)
+	l.RecordLaunchDuration(30 * time.Millisecond)
+	for range 2 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var count uint64
+		var sum float64
+		for _, mf := range mfs {
+			if mf.GetName() == "brewlet_shim_launch_duration_seconds" {
+				count, sum = mf.GetMetric()[0].GetHistogram().GetSampleCount(), mf.GetMetric()[0].GetHistogram().GetSampleSum()
+			}
+		}
+		if count != 2 || sum < 0.049 || sum > 0.051 {
+			t.Fatalf("launch durations: count %d sum %v, want 2 and 0.05", count, sum)
+		}
+	}
 }
