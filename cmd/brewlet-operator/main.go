@@ -36,6 +36,7 @@ func main() {
 	flag.BoolVar(&o.RotationRestarts.Enabled, "rotation-restarts", false, "restart opted-in workloads (annotation brewlet.sh/restart-on-rotation) once a rotation reached every node")
 	flag.IntVar(&o.RotationRestarts.MaxConcurrent, "rotation-restart-max-concurrent", 5, "at most this many workloads restarting at once")
 	flag.DurationVar(&o.RotationRestarts.ProgressDeadline, "rotation-restart-progress-deadline", 10*time.Minute, "a restart not rolled out by then is reported Failed and frees its slot")
+	flag.DurationVar(&o.RotationRestarts.Soak, "rotation-restart-soak", 0, "restarts start this long after a rotation completed (the new generation soaks on new pods first; counted from rotationCompletedAt, so operator restarts do not extend it)")
 	flag.IntVar(&o.RotationRestarts.MaxFailures, "rotation-restart-max-failures", 1, "once more restarts of one rotation failed, no further restart starts until a new digest (0: the first failure halts)")
 	flag.Func("rotation-restart-namespaces", "comma-separated namespaces to restart workloads in (default: all)", func(v string) error {
 		for _, n := range strings.Split(v, ",") {

@@ -117,13 +117,15 @@ func chartRestartsOff(t *testing.T) {
 func chartRestartsEveryNamespace(t *testing.T) {
 	for _, ns := range []string{chartNS, "other-ns"} {
 		rc := chartMustRender(t, ns, chartPools(append(slices.Clone(chartRestartsArgs), "--set", "operator.rotationRestarts.maxConcurrent=7",
-			"--set", "operator.rotationRestarts.progressDeadline=90s", "--set", "operator.rotationRestarts.maxFailures=0")...)...)
+			"--set", "operator.rotationRestarts.progressDeadline=90s", "--set", "operator.rotationRestarts.maxFailures=0",
+			"--set", "operator.rotationRestarts.soak=5m")...)...)
 		dep, _ := chartCheckCommon(t, rc, ns)
 		oc := dep.Spec.Template.Spec.Containers[0]
 		chartWantArg(t, oc, "--rotation-restarts", "")
 		chartWantArg(t, oc, "--rotation-restart-max-concurrent", "7")
 		chartWantArg(t, oc, "--rotation-restart-progress-deadline", "90s")
 		chartWantArg(t, oc, "--rotation-restart-max-failures", "0")
+		chartWantArg(t, oc, "--rotation-restart-soak", "5m")
 		chartNoArg(t, oc, "--rotation-restart-namespaces")
 		cr := &rbacv1.ClusterRole{}
 		rc.decode(t, "ClusterRole", chartRestartsName, cr)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,14 +16,15 @@ import (
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
-// The health gate with a budget of 0: the canary (brewlet.sh/restart-priority 100) is
+// After a soak period of 12 s, the health gate with a budget of 0: the canary (brewlet.sh/restart-priority 100) is
 // restarted first and never becomes available, so it fails its progress deadline; the
 // other workloads are then not restarted (Pending, RestartsHalted), status names the
 // failure and an event says so. Once the canary is fixed, a new digest is a new target:
 // while spec.paused holds it nothing restarts; unpaused, restarts start afresh, canary
 // first, and all of them succeed.
 func TestRotationRestartsHaltWhenTheCanaryFails(t *testing.T) {
-	w := startRestartWorld(t, 1, 8*time.Second, "--rotation-restart-max-failures=0")
+	// A deadline long enough for a loaded machine's rollouts, short enough to wait for.
+	w := startRestartWorld(t, 1, 20*time.Second, "--rotation-restart-max-failures=0", "--rotation-restart-soak=12s")
 	ctx, c := context.Background(), w.cp.Client
 	epoch := w.approve(t)
 	canary := restartDeployment("canary", true)
@@ -39,9 +41,16 @@ func TestRotationRestartsHaltWhenTheCanaryFails(t *testing.T) {
 
 	follow := func(gen int64, want string) {
 		t.Helper()
-		w.follow(t, func() { w.report(t, gen, epoch) }, want)
+		w.follow(t, func() { w.reportState(t, gen, epoch, vocab.StateReady) }, want)
 	}
 	w.rotate(t, 2, 2)
+	// The soak period first: the rotation completed, nothing restarts yet.
+	follow(2, "Deployment/a-web=Pending Deployment/b-api=Pending Deployment/canary=Pending")
+	for _, r := range getRI(t, c, "python").Status.Rotation.Restarts {
+		if r.Reason != restarts.ReasonSoaking {
+			t.Errorf("%s waits without Soaking: %+v", r.Name, r)
+		}
+	}
 	follow(2, "Deployment/a-web=Pending Deployment/b-api=Pending Deployment/canary=Failed")
 	got := getRI(t, c, "python")
 	h := got.Status.Rotation.RestartsHalted
@@ -79,12 +88,16 @@ func TestRotationRestartsHaltWhenTheCanaryFails(t *testing.T) {
 	}
 	setPaused(true)
 	w.rotate(t, 3, 3)
-	follow(3, "Deployment/a-web=Pending Deployment/b-api=Pending Deployment/canary=Pending")
-	for _, r := range getRI(t, c, "python").Status.Rotation.Restarts {
-		if r.Reason != string(vocab.ReasonRotationPaused) {
-			t.Errorf("%s waits without RotationPaused: %+v", r.Name, r)
+	eventually(t, time.Minute, "every restart held by the pause", func() (bool, string) {
+		w.reportState(t, 3, epoch, vocab.StateReady)
+		got := getRI(t, c, "python").Status.Rotation.Restarts
+		for _, r := range got {
+			if r.Outcome != restarts.OutcomePending || r.Reason != string(vocab.ReasonRotationPaused) {
+				return false, fmt.Sprintf("%+v", got)
+			}
 		}
-	}
+		return len(got) == 3, fmt.Sprintf("%+v", got)
+	})
 	time.Sleep(3 * time.Second)
 	if o := restartOutcomes(getRI(t, c, "python")); o != "Deployment/a-web=Pending Deployment/b-api=Pending Deployment/canary=Pending" {
 		t.Fatalf("a restart started while paused: %s", o)

@@ -121,7 +121,13 @@ type Policy struct {
 	// MaxFailures is how many restarts of one target may fail before no further one
 	// starts (0: the first failure halts).
 	MaxFailures int
+	// Soak is how long after the rotation completed the first restart waits: the new
+	// generation serves new pods on every node for a while before old ones are moved.
+	Soak time.Duration
 }
+
+// ReasonSoaking: the rotation completed less than the soak period ago.
+const ReasonSoaking = "Soaking"
 
 // maxNamedFailures bounds the workloads a halt message names.
 const maxNamedFailures = 5
@@ -343,6 +349,15 @@ func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.Wo
 		}
 		return actions[b].Workload.Priority - actions[a].Workload.Priority
 	})
+	if soakEnd := t.CompletedAt.Add(p.Soak); now.Before(soakEnd) {
+		for _, i := range waiting {
+			a := &actions[i]
+			a.Record.Reason = ReasonSoaking
+			a.Record.Message = fmt.Sprintf("the rotation completed at %s; restarts start after the soak period of %s, at %s",
+				t.CompletedAt.UTC().Format(time.RFC3339), p.Soak, soakEnd.UTC().Format(time.RFC3339))
+		}
+		return actions
+	}
 	if t.Paused {
 		for _, i := range waiting {
 			a := &actions[i]

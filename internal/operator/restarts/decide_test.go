@@ -429,3 +429,20 @@ func TestDecidePaused(t *testing.T) {
 		t.Errorf("paused record %+v", r)
 	}
 }
+
+// A soak period after the rotation completed holds every restart; it counts from
+// rotationCompletedAt (stored status), so an operator restart does not extend it.
+func TestDecideSoak(t *testing.T) {
+	p := policy
+	p.Soak = 30 * time.Minute // target completed 20 minutes before now
+	ws := []Workload{wl("a", pod("p1", before))}
+	tasks := running(map[string]int64{"p1": 2})
+	got := Decide(target, ws, tasks, nil, 0, p, now)
+	if s := summary(got); s != "a:Pending" || got[0].Record.Reason != ReasonSoaking || !strings.Contains(got[0].Record.Message, "soak period of 30m0s") {
+		t.Fatalf("soaking: %q %+v", s, got[0].Record)
+	}
+	p.Soak = 10 * time.Minute
+	if s := summary(Decide(target, ws, tasks, nil, 0, p, now)); s != "a:InProgress+patch" {
+		t.Fatalf("after the soak: %q", s)
+	}
+}

@@ -29,6 +29,8 @@ type Options struct {
 	ProgressDeadline time.Duration // a restart not rolled out by then is Failed and frees its slot (default 10m)
 	// MaxFailures: once more restarts of one target failed, no further one starts.
 	MaxFailures int
+	// Soak: restarts start this long after the rotation completed (0: at once).
+	Soak time.Duration
 	// Namespaces limits restarts (and what the operator watches) to these; empty: all.
 	Namespaces []string
 }
@@ -47,7 +49,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options, beats *runtimeim
 			return err
 		}
 	}
-	p := Policy{MaxConcurrent: o.MaxConcurrent, ProgressDeadline: o.ProgressDeadline, MaxFailures: max(o.MaxFailures, 0)}
+	p := Policy{MaxConcurrent: o.MaxConcurrent, ProgressDeadline: o.ProgressDeadline, MaxFailures: max(o.MaxFailures, 0), Soak: max(o.Soak, 0)}
 	if p.MaxConcurrent <= 0 {
 		p.MaxConcurrent = 5
 	}
