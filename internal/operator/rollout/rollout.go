@@ -191,8 +191,11 @@ func Halted(failed int, p Policy) bool { return failed > p.MaxFailures }
 // the waves.
 //
 // A stuck node (PhaseAt) keeps what it was allowed but takes no slot: one node whose agent
-// died or whose install never ends must not hold the next wave back. A silent node is not
-// let through either: when its agent returns it waits for a wave like any other.
+// died or whose install never ends must not hold the next wave back. A silent node that is
+// still waiting goes through the waves like any other: let through, it is stuck (and frees
+// its slot) on the next pass, and its agent installs the generation when it returns. (Holding
+// it instead would stall every rotation of a cluster whose operator watches the wrong Lease
+// namespace, since every node would look silent.)
 func Decide(t Target, nodes []Node, p Policy, now time.Time) Decision {
 	d := Decision{Allowed: map[string]int64{}, InstallBy: map[string]*metav1.Time{}, Phases: map[string]Phase{}, Stuck: map[string]vocab.Reason{}}
 	if t.Generation < 1 {
@@ -224,8 +227,8 @@ func Decide(t Target, nodes []Node, p Policy, now time.Time) Decision {
 			d.NextDeadline = Earliest(d.NextDeadline, d.InstallBy[n.Name])
 		case PhaseStuck:
 			d.Stuck[n.Name] = StuckReason(n)
-			if PhaseOf(t, n) == PhaseWaiting && t.Generation > 1 {
-				d.Allowed[n.Name] = held(t, n)
+			if PhaseOf(t, n) == PhaseWaiting {
+				waiting = append(waiting, n)
 			} else {
 				allow(n)
 			}
