@@ -349,29 +349,11 @@ func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.Wo
 		}
 		return actions[b].Workload.Priority - actions[a].Workload.Priority
 	})
-	if soakEnd := t.CompletedAt.Add(p.Soak); now.Before(soakEnd) {
+	// Nothing new starts while a hold applies (soak, pause, the health gate); restarts in
+	// progress finish, and the waiting records say why they wait.
+	if reason, msg := holdOf(actions, t, p, now); reason != "" {
 		for _, i := range waiting {
-			a := &actions[i]
-			a.Record.Reason = ReasonSoaking
-			a.Record.Message = fmt.Sprintf("the rotation completed at %s; restarts start after the soak period of %s, at %s",
-				t.CompletedAt.UTC().Format(time.RFC3339), p.Soak, soakEnd.UTC().Format(time.RFC3339))
-		}
-		return actions
-	}
-	if t.Paused {
-		for _, i := range waiting {
-			a := &actions[i]
-			a.Record.Reason = string(vocab.ReasonRotationPaused)
-			a.Record.Message = fmt.Sprintf("RuntimeImage %s has spec.paused: no restart starts; set it to false to resume", t.ID)
-		}
-		return actions
-	}
-	if h := HaltOf(actions, t, p); h != nil {
-		// Health gate: the new generation hurt too many workloads. Nothing new starts;
-		// restarts in progress finish; the waiting ones say why they wait.
-		for _, i := range waiting {
-			a := &actions[i]
-			a.Record.Reason, a.Record.Message = string(vocab.ReasonRestartsHalted), h.Message
+			actions[i].Record.Reason, actions[i].Record.Message = reason, msg
 		}
 		return actions
 	}
@@ -387,6 +369,23 @@ func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.Wo
 		a.Record.StartedAt = &metav1.Time{Time: now}
 	}
 	return actions
+}
+
+// holdOf is why no restart may start now ("" when they may): the soak period after the
+// rotation completed, spec.paused, or the health gate (HaltOf).
+func holdOf(actions []Action, t Target, p Policy, now time.Time) (reason, msg string) {
+	if soakEnd := t.CompletedAt.Add(p.Soak); now.Before(soakEnd) {
+		return ReasonSoaking, fmt.Sprintf("the rotation completed at %s; restarts start after the soak period of %s, at %s",
+			t.CompletedAt.UTC().Format(time.RFC3339), p.Soak, soakEnd.UTC().Format(time.RFC3339))
+	}
+	if t.Paused {
+		return string(vocab.ReasonRotationPaused), fmt.Sprintf("RuntimeImage %s has spec.paused: no restart starts; set it to false to resume", t.ID)
+	}
+	if h := HaltOf(actions, t, p); h != nil {
+		// The new generation hurt too many workloads.
+		return string(vocab.ReasonRestartsHalted), h.Message
+	}
+	return "", ""
 }
 
 // HaltOf is the restart halt of the target when more of the actions' restarts failed than
