@@ -24,19 +24,23 @@ const maxDurationRecord = 32
 // its histogram.
 func (l Layout) LaunchDurationsDir() string { return filepath.Join(l.LaunchesDir(), "durations") }
 
-// RecordLaunchDuration leaves one start's duration for the agent to export. Like
-// CountLaunch it never fails a launch; past MaxPendingLaunchDurations it records nothing.
+// EnableLaunchDurations makes the directory shims leave durations in: the agent calls it
+// when it exports them, so a node without metrics costs each start one failed open.
+func (l Layout) EnableLaunchDurations() error { return os.MkdirAll(l.LaunchDurationsDir(), 0o755) }
+
+// RecordLaunchDuration leaves one start's duration for the agent to export, if it asked
+// (EnableLaunchDurations). Like CountLaunch it never fails a launch; past
+// MaxPendingLaunchDurations it records nothing.
 func (l Layout) RecordLaunchDuration(d time.Duration) {
 	dir := l.LaunchDurationsDir()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	f, err := os.Open(dir)
+	if err != nil {
 		return
 	}
-	if f, err := os.Open(dir); err == nil {
-		names, _ := f.Readdirnames(MaxPendingLaunchDurations)
-		_ = f.Close()
-		if len(names) >= MaxPendingLaunchDurations {
-			return
-		}
+	names, _ := f.Readdirnames(MaxPendingLaunchDurations)
+	_ = f.Close()
+	if len(names) >= MaxPendingLaunchDurations {
+		return
 	}
 	name := strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.Itoa(os.Getpid())
 	tmp := filepath.Join(dir, ".tmp-"+name)

@@ -13,6 +13,10 @@ import (
 // are bounded.
 func TestLaunchDurations(t *testing.T) {
 	l := Under(t.TempDir())
+	l.RecordLaunchDuration(time.Second) // not asked for: nothing is recorded
+	if err := l.EnableLaunchDurations(); err != nil {
+		t.Fatal(err)
+	}
 	if got := l.TakeLaunchDurations(); len(got) != 0 {
 		t.Fatalf("nothing recorded, took %v", got)
 	}

@@ -55,6 +55,10 @@ func newDataPath(t *testing.T) *dataPath {
 	if err := d.host.OpenFence(); err != nil {
 		t.Fatal(err)
 	}
+	// As an agent exporting metrics does: shims then time their starts.
+	if err := d.host.EnableLaunchDurations(); err != nil {
+		t.Fatal(err)
+	}
 	d.authorize(t, false, 5*time.Minute)
 	d.cli = buildCLI(t)
 	d.app = pushHello(t, d.cli, n.Registry, "--requires-runtime", pyID)

@@ -50,6 +50,9 @@ func NewMetrics(l hoststate.Layout, reg prometheus.Registerer) *Metrics {
 	m.launchDurations = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "brewlet_shim_launch_duration_seconds",
 		Help:    "Time the brewlet shim took to create a container that started: checks, composition and runc's create (from the shim's records, folded in at scrape time).",
 		Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)})
+	// Shims time their starts only once the directory exists; without it the histogram
+	// stays empty and nothing else changes.
+	_ = l.EnableLaunchDurations()
 	reg.MustRegister(m.installRequests, m.installDurations, m)
 	return m
 }
