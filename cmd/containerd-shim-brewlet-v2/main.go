@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
 
 	"github.com/containerd/containerd/v2/pkg/shim"
 
@@ -13,5 +15,15 @@ import (
 
 func main() {
 	brewletshim.Register()
-	shim.RunShim(context.Background(), brewletshim.NewManager(vocab.ShimRuntimeType))
+	m := brewletshim.NewManager(vocab.ShimRuntimeType)
+	// containerd 2.0–2.2 start shims with the protocol before 2.3's bootstrap API.
+	handled, err := brewletshim.LegacyStart(context.Background(), m, os.Args[1:], os.Stdout)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", os.Args[0], err)
+		os.Exit(1)
+	}
+	if handled {
+		return
+	}
+	shim.RunShim(context.Background(), m)
 }

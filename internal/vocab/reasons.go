@@ -92,6 +92,9 @@ const (
 
 	// Node integration (provisioner).
 	ReasonContainerdConfigFailed Reason = "ContainerdConfigFailed"
+	// ContainerdUnsupported: the node's containerd is a release Brewlet cannot run on (1.x:
+	// no task API v3), or its version cannot be read; the agent changes nothing on the node.
+	ReasonContainerdUnsupported Reason = "ContainerdUnsupported"
 
 	// Rotation restarts (operator).
 	ReasonRestartNotApplicable Reason = "RestartNotApplicable"

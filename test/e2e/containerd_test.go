@@ -203,5 +203,17 @@ func TestContainerdHandlerRegistration(t *testing.T) {
 		if b, _ := os.ReadFile(cfg); string(b) != bad {
 			t.Fatal("a broken config was modified")
 		}
+		// A version 1 config (no version key) is one Brewlet does not edit: it says how to
+		// migrate it, and changes nothing.
+		v1 := "[plugins.cri.containerd]\n  snapshotter = 'overlayfs'\n"
+		if err := os.WriteFile(cfg, []byte(v1), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Ensure(ctx); vocab.ReasonOf(err) != vocab.ReasonContainerdConfigFailed || !strings.Contains(err.Error(), "containerd config migrate") {
+			t.Fatalf("version 1 config: %v", err)
+		}
+		if b, _ := os.ReadFile(cfg); string(b) != v1 {
+			t.Fatal("a version 1 config was modified")
+		}
 	})
 }

@@ -47,7 +47,12 @@ print("appfiles", sorted(os.listdir("/app")))
 
 func newDataPath(t *testing.T) *dataPath {
 	t.Helper()
-	n := framework.StartNode(t)
+	return newDataPathOn(t, framework.StartNode(t))
+}
+
+// newDataPathOn is newDataPath on a node already started.
+func newDataPathOn(t *testing.T, n *framework.Node) *dataPath {
+	t.Helper()
 	d := &dataPath{n: n, host: hoststate.Under(n.HostPrefix), epoch: "0c6f9a52-1b7e-4d2a-9c1e-5a8f3e2d4b10"}
 	d.refs = buildRuntimes(t, n.Registry, "python")
 	d.inst = &install.Installer{Layout: d.host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}

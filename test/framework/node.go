@@ -63,6 +63,15 @@ type NodeOptions struct {
 	// translated: IP forwarding stays as the host has it (the bridge plugin's isGateway
 	// would switch it on host-wide).
 	HostReachable bool
+	// Containerd runs another containerd line's daemon, by version (a CONTAINERD_MATRIX
+	// entry of hack/versions.env, e.g. "v2.0.14"); "" runs the pinned one.
+	Containerd string
+	// BaseConfig starts the node's config from `containerd config default` of another
+	// version's daemon (a node upgraded in place keeps its old config), instead of the
+	// harness's own config (containerdbase.go).
+	BaseConfig string
+	// DefaultConfig starts the config from the daemon's own default (BaseConfig empty).
+	DefaultConfig bool
 }
 
 // StartNode starts a node with both handlers. It is removed (pods, shims, mounts, bridge,
@@ -73,8 +82,11 @@ func StartNode(t TB) *Node { return StartNodeWith(t, NodeOptions{}) }
 func StartNodeWith(t TB, opts NodeOptions) *Node {
 	t.Helper()
 	RequireRoot(t)
-	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "runc", "registry", "crictl"} {
+	for _, tool := range []string{ContainerdTool(opts.Containerd), "containerd-shim-runc-v2", "runc", "registry", "crictl"} {
 		Tool(t, tool)
+	}
+	if opts.BaseConfig != "" {
+		Tool(t, ContainerdTool(opts.BaseConfig))
 	}
 	for _, f := range []string{"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback", "/bin/busybox"} {
 		if _, err := os.Stat(f); err != nil {
@@ -250,7 +262,16 @@ func (n *Node) startContainerd(t TB) error {
 			return err
 		}
 	}
-	cfg, err := containerdConfig(n, Tool(t, "runc"))
+	var cfg []byte
+	var err error
+	switch {
+	case n.opts.BaseConfig != "":
+		cfg, err = defaultBasedConfig(n, ContainerdTool(n.opts.BaseConfig), Tool(t, "runc"))
+	case n.opts.DefaultConfig:
+		cfg, err = defaultBasedConfig(n, n.containerdTool(), Tool(t, "runc"))
+	default:
+		cfg, err = containerdConfig(n, Tool(t, "runc"))
+	}
 	if err != nil {
 		return err
 	}
@@ -270,9 +291,27 @@ func (n *Node) startContainerd(t TB) error {
 	return n.waitCRI()
 }
 
+// ContainerdBinary is the daemon this node runs (what the agent's `config dump` must use).
+func (n *Node) ContainerdBinary() string { return filepath.Join(ToolsBin(), n.containerdTool()) }
+
+func (n *Node) containerdTool() string { return ContainerdTool(n.opts.Containerd) }
+
 func (n *Node) runContainerd() error {
 	env := []string{"PATH=" + n.BinDir + ":" + ToolsBin() + ":" + os.Getenv("PATH")}
-	p, err := n.Start("containerd", env, filepath.Join(ToolsBin(), "containerd"), "--config", n.ConfigPath)
+	args := []string{n.ContainerdBinary(), "--config", n.ConfigPath}
+	if !shimAPI23(n.containerdTool()) {
+		// Shim sockets would go to the machine's /run/containerd/s: this daemon, its shims
+		// and runc get a /run of their own, the node's directory bound over /run in a mount
+		// namespace that receives the node's mounts and sends none back. The directory
+		// outlives each daemon, so a restarted one finds its running shims' sockets.
+		run := filepath.Join(n.Dir, "run")
+		if err := os.MkdirAll(run, 0o755); err != nil {
+			return err
+		}
+		args = append([]string{"/usr/bin/unshare", "--mount", "--propagation", "slave", "--", "/bin/sh", "-ec",
+			`mount --bind "$1" /run && shift && exec "$@"`, "containerd", run}, args...)
+	}
+	p, err := n.Start("containerd", env, args...)
 	if err != nil {
 		return err
 	}

@@ -16,8 +16,28 @@ import (
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
-// criRuntimePlugin is the containerd 2.x (config version 3) CRI runtime plugin table.
-const criRuntimePlugin = "io.containerd.cri.v1.runtime"
+// criRuntimePlugin is the CRI runtime plugin's table in config versions 3 and 4
+// (containerd 2.x); legacyCRIPlugin is the same table in version 2 (containerd 1.x, and
+// nodes upgraded to 2.x that kept their config), which containerd 2.x migrates on load.
+const (
+	criRuntimePlugin = "io.containerd.cri.v1.runtime"
+	legacyCRIPlugin  = "io.containerd.grpc.v1.cri"
+)
+
+// Config versions Brewlet edits. A file is always written in the version of the main
+// config: containerd 2.0–2.2 merge an imported file into the main config without migrating
+// it, so a drop-in of another version would change how the whole config is read.
+const (
+	minConfigVersion = 2
+	maxConfigVersion = 4
+)
+
+func runtimePlugin(version int64) string {
+	if version == 2 {
+		return legacyCRIPlugin
+	}
+	return criRuntimePlugin
+}
 
 // dropInName is the file the provisioner owns in containerd's imports directory.
 const dropInName = "99-brewlet.toml"
@@ -44,20 +64,20 @@ type Change struct {
 // Ensure registers the handler. It is idempotent: an unchanged effective config restarts
 // nothing.
 func (c *Handler) Ensure(ctx context.Context) (Change, error) {
-	main, err := c.readMain()
+	main, version, err := c.readMain()
 	if err != nil {
 		return Change{}, err
 	}
-	handler := handlerTable(main)
+	handler := handlerTable(main, version)
 	if dir := importsDir(main); dir != "" {
-		body, err := toml.Marshal(map[string]any{"version": 3, "plugins": map[string]any{criRuntimePlugin: map[string]any{
+		body, err := toml.Marshal(map[string]any{"version": version, "plugins": map[string]any{runtimePlugin(version): map[string]any{
 			"containerd": map[string]any{"runtimes": map[string]any{vocab.RuntimeClassName: handler}}}}})
 		if err != nil {
 			return Change{}, err
 		}
 		return c.apply(ctx, filepath.Join(dir, dropInName), body, true)
 	}
-	runtimes, err := runtimesTable(main, true)
+	runtimes, err := runtimesTable(main, version, true)
 	if err != nil {
 		return Change{}, err
 	}
@@ -71,14 +91,14 @@ func (c *Handler) Ensure(ctx context.Context) (Change, error) {
 
 // Remove reverses Ensure (cleanup and uninstall).
 func (c *Handler) Remove(ctx context.Context) (Change, error) {
-	main, err := c.readMain()
+	main, version, err := c.readMain()
 	if err != nil {
 		return Change{}, err
 	}
 	if dir := importsDir(main); dir != "" {
 		return c.apply(ctx, filepath.Join(dir, dropInName), nil, false)
 	}
-	runtimes, err := runtimesTable(main, false)
+	runtimes, err := runtimesTable(main, version, false)
 	if err != nil || runtimes == nil {
 		return Change{}, err
 	}
@@ -96,7 +116,7 @@ func (c *Handler) Remove(ctx context.Context) (Change, error) {
 // Target is the file Ensure writes: the drop-in where the main config imports a
 // directory, else the main config itself.
 func (c *Handler) Target() (string, error) {
-	main, err := c.readMain()
+	main, _, err := c.readMain()
 	if err != nil {
 		return "", err
 	}
@@ -118,20 +138,29 @@ func (c *Handler) Restore(ctx context.Context, path string, body []byte, existed
 	return c.apply(ctx, path, body, bytes.Contains(body, []byte(vocab.ShimRuntimeType)))
 }
 
-func (c *Handler) readMain() (map[string]any, error) {
+// readMain reads containerd's main config and its version.
+func (c *Handler) readMain() (map[string]any, int64, error) {
 	b, err := os.ReadFile(c.ConfigPath)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
+	}
+	if len(b) > maxConfigBytes {
+		return nil, 0, configErr("%s is %d bytes, more than the %d Brewlet reads; nothing changed", c.ConfigPath, len(b), maxConfigBytes)
 	}
 	var cfg map[string]any
 	if err := toml.Unmarshal(b, &cfg); err != nil {
-		return nil, configErr("%s is not valid TOML: %v", c.ConfigPath, err)
+		return nil, 0, configErr("%s is not valid TOML: %v", c.ConfigPath, err)
 	}
-	if v, _ := cfg["version"].(int64); v != 3 {
-		return nil, configErr("%s has config version %v; Brewlet edits version 3 configs (containerd 2.x): run 'containerd config migrate' first, or use containerdRestart: none with the handler preinstalled", c.ConfigPath, cfg["version"])
+	v, _ := cfg["version"].(int64)
+	if v < minConfigVersion || v > maxConfigVersion {
+		return nil, 0, configErr("%s has config version %v; Brewlet edits config versions %d to %d: run 'containerd config migrate' first, or use containerdRestart: none with the handler preinstalled (docs/install.md)",
+			c.ConfigPath, cfg["version"], minConfigVersion, maxConfigVersion)
 	}
-	return cfg, nil
+	return cfg, v, nil
 }
+
+// maxConfigBytes bounds a config file and a `config dump` (tens of KB in practice).
+const maxConfigBytes = 8 << 20
 
 func configErr(format string, args ...any) error {
 	return vocab.Errorf(vocab.ReasonContainerdConfigFailed, format, args...)
@@ -149,10 +178,11 @@ func importsDir(cfg map[string]any) string {
 	return ""
 }
 
-// runtimesTable digs out plugins.<cri runtime>.containerd.runtimes, creating it if asked.
-func runtimesTable(cfg map[string]any, create bool) (map[string]any, error) {
+// runtimesTable digs out plugins.<cri runtime>.containerd.runtimes of a config of the
+// given version, creating it if asked.
+func runtimesTable(cfg map[string]any, version int64, create bool) (map[string]any, error) {
 	cur := cfg
-	for _, k := range []string{"plugins", criRuntimePlugin, "containerd", "runtimes"} {
+	for _, k := range []string{"plugins", runtimePlugin(version), "containerd", "runtimes"} {
 		next, ok := cur[k]
 		if !ok {
 			if !create {
@@ -172,12 +202,12 @@ func runtimesTable(cfg map[string]any, create bool) (map[string]any, error) {
 
 // handlerTable is the brewlet handler: the shim's runtime type, Brewlet's pod annotations,
 // and the runc handler's options (binary, root, cgroup driver) so both run alike.
-func handlerTable(cfg map[string]any) map[string]any {
+func handlerTable(cfg map[string]any, version int64) map[string]any {
 	h := map[string]any{
 		"runtime_type":    vocab.ShimRuntimeType,
 		"pod_annotations": []string{vocab.PodAnnotationPassthrough},
 	}
-	if runtimes, _ := runtimesTable(cfg, false); runtimes != nil {
+	if runtimes, _ := runtimesTable(cfg, version, false); runtimes != nil {
 		if runc, ok := runtimes["runc"].(map[string]any); ok {
 			if opts, ok := runc["options"].(map[string]any); ok {
 				h["options"] = opts
@@ -220,8 +250,8 @@ func (c *Handler) apply(ctx context.Context, path string, body []byte, want bool
 		return Change{}, err
 	}
 	after, err := c.dump(ctx)
-	if err == nil && want != strings.Contains(after, vocab.ShimRuntimeType) {
-		err = fmt.Errorf("the effective config does not match the change (brewlet handler wanted: %v)", want)
+	if err == nil {
+		err = onlyHandlerChanged(before, after, want)
 	}
 	if err != nil {
 		rerr := restore()
@@ -266,9 +296,12 @@ func (c *Handler) dump(ctx context.Context) (string, error) {
 		return "", err
 	}
 	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdout, cmd.Stderr = &limitWriter{w: &stdout, n: maxConfigBytes + 1}, &limitWriter{w: &stderr, n: 64 << 10}
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("%v: %s", err, strings.TrimSpace(lastLines(stderr.String(), 3)))
+	}
+	if stdout.Len() > maxConfigBytes {
+		return "", fmt.Errorf("config dump printed more than %d bytes", maxConfigBytes)
 	}
 	return stdout.String(), nil
 }

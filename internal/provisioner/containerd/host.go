@@ -42,6 +42,16 @@ func (h *HostChanges) Prepare(ctx context.Context, mode vocab.ContainerdRestart)
 		rep.Message = "host record: " + err.Error() + "; nothing changed"
 		return rep
 	}
+	validated := mode == vocab.ContainerdRestartValidated && h.Containerd != nil
+	if validated {
+		// A containerd Brewlet cannot run on is refused before the shim or the config is
+		// touched.
+		if _, err := h.Containerd.CheckVersion(ctx); err != nil {
+			rep.Message = err.Error()
+			log.Printf("host preparation: %s", rep.Message)
+			return rep
+		}
+	}
 	if h.ShimDir != "" {
 		if err := h.installShim(&rec); err != nil {
 			msgs = append(msgs, "shim not installed: "+err.Error())
@@ -49,7 +59,7 @@ func (h *HostChanges) Prepare(ctx context.Context, mode vocab.ContainerdRestart)
 			rep.ShimInstalled = true
 		}
 	}
-	if mode == vocab.ContainerdRestartValidated && h.Containerd != nil {
+	if validated {
 		if err := h.registerHandler(ctx, &rec); err != nil {
 			msgs = append(msgs, err.Error())
 		} else {

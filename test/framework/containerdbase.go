@@ -1,0 +1,158 @@
+package framework
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// A node of the containerd matrix runs another containerd line's daemon, built by
+// hack/tools.sh from CONTAINERD_MATRIX as containerd-<version>, and may start from that
+// daemon's own `containerd config default` (or an older line's, as a node upgraded in place
+// keeps it) instead of the harness's config. Only what this machine and isolation need is
+// laid over the default, in the schema of the default's own config version: every path the
+// daemon would share with the machine (root, state, sockets, CNI, CDI, NRI, opt), the
+// sandbox image, the registry hosts and the runc binary.
+
+// ContainerdTool is the tools-cache name of a containerd daemon: "" is the pinned one.
+func ContainerdTool(version string) string {
+	if version == "" {
+		return "containerd"
+	}
+	return "containerd-" + version
+}
+
+// lineOf returns major and minor of a tool name such as containerd-v2.0.14 (the pinned
+// containerd is the newest line the harness knows).
+func lineOf(tool string) (int, int) {
+	v := strings.TrimPrefix(strings.TrimPrefix(tool, "containerd-"), "v")
+	parts := strings.Split(v, ".")
+	if tool == "containerd" || len(parts) < 2 {
+		return 99, 0
+	}
+	major, _ := strconv.Atoi(parts[0])
+	minor, _ := strconv.Atoi(parts[1])
+	return major, minor
+}
+
+// shimAPI23: containerd 2.3 changed how shims are started (bootstrap parameters on stdin)
+// and made their socket directory configurable. Older daemons put shim sockets in
+// /run/containerd/s, so the harness gives them a /run of their own (runContainerd), and
+// need a runc shim of their own line.
+func shimAPI23(tool string) bool {
+	major, minor := lineOf(tool)
+	return major > 2 || major == 2 && minor >= 3
+}
+
+// defaultBasedConfig renders the node's config from `<base> config default`.
+func defaultBasedConfig(n *Node, base, runc string) ([]byte, error) {
+	out, err := exec.Command(filepath.Join(ToolsBin(), base), "config", "default").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s config default: %v", base, err)
+	}
+	var cfg map[string]any
+	if err := toml.Unmarshal(out, &cfg); err != nil {
+		return nil, fmt.Errorf("%s config default is not TOML: %v", base, err)
+	}
+	version, _ := cfg["version"].(int64)
+	set := func(value any, path ...string) {
+		cur := cfg
+		for _, k := range path[:len(path)-1] {
+			next, ok := cur[k].(map[string]any)
+			if !ok {
+				next = map[string]any{}
+				cur[k] = next
+			}
+			cur = next
+		}
+		cur[path[len(path)-1]] = value
+	}
+	set(filepath.Join(n.Dir, "root"), "root")
+	set(filepath.Join(n.Dir, "state"), "state")
+	// A default that imports a drop-in directory gets one of the node's own.
+	if imports, _ := cfg["imports"].([]any); len(imports) > 0 {
+		n.ImportsDir = filepath.Join(n.Dir, "conf.d")
+		if err := os.MkdirAll(n.ImportsDir, 0o755); err != nil {
+			return nil, err
+		}
+		cfg["imports"] = []string{n.ImportsDir + "/*.toml"}
+	}
+	if version >= 4 {
+		set(n.Socket, "plugins", "io.containerd.server.v1.grpc", "address")
+		set(n.Socket+".ttrpc", "plugins", "io.containerd.server.v1.ttrpc", "address")
+	} else {
+		set(n.Socket, "grpc", "address")
+		set(n.Socket+".ttrpc", "ttrpc", "address")
+	}
+	env := []string{vocab.EnvHostPrefix + "=" + n.HostPrefix, vocab.EnvOnDemandWait + "=20s", vocab.EnvDevRoot + "=" + n.DevRoot()}
+	set(env, "plugins", "io.containerd.shim.v1.manager", "env")
+	if shimAPI23(n.containerdTool()) {
+		set(filepath.Join(n.Dir, "s"), "plugins", "io.containerd.shim.v1.manager", "socket_dir")
+	}
+	set(true, "plugins", "io.containerd.nri.v1.nri", "disable")
+	set(filepath.Join(n.Dir, "opt"), "plugins", "io.containerd.internal.v1.opt", "path")
+	set(filepath.Join(n.Dir, "image-verifier"), "plugins", "io.containerd.image-verifier.v1.bindir", "bin_dir")
+	cdi := []string{filepath.Join(n.Dir, "cdi")}
+	cri := []string{"plugins", "io.containerd.cri.v1.runtime"}
+	if version < 4 {
+		// Migrating this table (from versions 2 and 3, on 2.3 and later also from 3)
+		// replaces the shim manager's settings, the shims' environment with them; the
+		// harness's shims need theirs (a real node's use the default paths).
+		delete(tableAt(cfg, "plugins"), "io.containerd.runtime.v2.task")
+	}
+	if version == 2 {
+		cri = []string{"plugins", "io.containerd.grpc.v1.cri"}
+		set(n.PauseImage, append(cri, "sandbox_image")...)
+		set(filepath.Join(n.Dir, "certs.d"), append(cri, "registry", "config_path")...)
+		set("overlayfs", append(cri, "containerd", "snapshotter")...)
+	} else {
+		images := []string{"plugins", "io.containerd.cri.v1.images"}
+		set(n.PauseImage, append(images, "pinned_images", "sandbox")...)
+		set(filepath.Join(n.Dir, "certs.d"), append(images, "registry", "config_path")...)
+		set("overlayfs", append(images, "snapshotter")...)
+	}
+	// 2.1 made the plugin directory a list (bin_dirs); older layouts have one bin_dir.
+	if cni := tableAt(cfg, append(cri, "cni")...); cni != nil && cni["bin_dirs"] != nil {
+		set([]string{"/usr/lib/cni"}, append(cri, "cni", "bin_dirs")...)
+	} else {
+		set("/usr/lib/cni", append(cri, "cni", "bin_dir")...)
+	}
+	set(filepath.Join(n.Dir, "cni"), append(cri, "cni", "conf_dir")...)
+	// No CAP_SYS_RESOURCE on this machine type (see containerdConfig).
+	set(true, append(cri, "restrict_oom_score_adj")...)
+	set(true, append(cri, "netns_mounts_under_state_dir")...)
+	set(cdi, append(cri, "cdi_spec_dirs")...)
+	set("runc", append(cri, "containerd", "default_runtime_name")...)
+	runtimes := append(cri, "containerd", "runtimes")
+	set("io.containerd.runc.v2", append(runtimes, "runc", "runtime_type")...)
+	set(runc, append(runtimes, "runc", "options", "BinaryName")...)
+	set(filepath.Join(n.Dir, "runc"), append(runtimes, "runc", "options", "Root")...)
+	if !shimAPI23(n.containerdTool()) {
+		// The pinned runc shim speaks only 2.3's start protocol; older daemons get their own.
+		set(filepath.Join(ToolsBin(), "containerd-shim-runc-v2-"+n.opts.Containerd), append(runtimes, "runc", "runtime_path")...)
+	}
+	if !n.opts.WithoutBrewletHandler {
+		set(map[string]any{"runtime_type": vocab.ShimRuntimeType, "pod_annotations": []string{vocab.PodAnnotationPassthrough},
+			"options": map[string]any{"BinaryName": runc, "Root": filepath.Join(n.Dir, "runc")}}, append(runtimes, vocab.RuntimeClassName)...)
+	}
+	return toml.Marshal(cfg)
+}
+
+func tableAt(cfg map[string]any, path ...string) map[string]any {
+	cur := cfg
+	for _, k := range path {
+		next, ok := cur[k].(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = next
+	}
+	return cur
+}
