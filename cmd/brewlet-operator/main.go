@@ -9,12 +9,15 @@ import (
 	"os"
 	"strings"
 	"time"
+	// The operator's image has no zone database; restart windows name IANA time zones.
+	_ "time/tzdata"
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"brewlet.sh/brewlet/internal/operator"
+	"brewlet.sh/brewlet/internal/operator/restarts"
 	"brewlet.sh/brewlet/internal/operator/runtimeimage"
 	"brewlet.sh/brewlet/internal/uninstall"
 )
@@ -37,6 +40,9 @@ func main() {
 	flag.IntVar(&o.RotationRestarts.MaxConcurrent, "rotation-restart-max-concurrent", 5, "at most this many workloads restarting at once")
 	flag.DurationVar(&o.RotationRestarts.ProgressDeadline, "rotation-restart-progress-deadline", 10*time.Minute, "a restart not rolled out by then is reported Failed and frees its slot")
 	flag.DurationVar(&o.RotationRestarts.Soak, "rotation-restart-soak", 0, "restarts start this long after a rotation completed (the new generation soaks on new pods first; counted from rotationCompletedAt, so operator restarts do not extend it)")
+	window := flag.String("rotation-restart-window", "", "restarts start only in windows opening at this cron schedule (minute hour day-of-month month day-of-week, or @daily…; default: any time)")
+	windowFor := flag.Duration("rotation-restart-window-duration", 0, "how long each restart window stays open (1m to 168h; with --rotation-restart-window)")
+	windowTZ := flag.String("rotation-restart-window-time-zone", "UTC", "IANA time zone the restart window's schedule is read in")
 	flag.IntVar(&o.RotationRestarts.MaxFailures, "rotation-restart-max-failures", 1, "once more restarts of one rotation failed, no further restart starts until a new digest (0: the first failure halts)")
 	flag.Func("rotation-restart-namespaces", "comma-separated namespaces to restart workloads in (default: all)", func(v string) error {
 		for _, n := range strings.Split(v, ",") {
@@ -56,6 +62,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "--node-stale-after=%s: at least 10s (agents renew their Lease every 3s; shorter marks live nodes as not reporting)\n", o.NodeStaleAfter)
 		os.Exit(2)
 	}
+	w, err := restarts.ParseWindow(*window, *windowFor, *windowTZ)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "--rotation-restart-window: %v\n", err)
+		os.Exit(2)
+	}
+	o.RotationRestarts.Window = w
 	// The certificate Secret lives beside the Lease, in the operator's own namespace.
 	o.Admission.Namespace = o.LeaderElectionNamespace
 

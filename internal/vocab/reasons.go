@@ -102,6 +102,9 @@ const (
 	// RestartsHalted: more restarted workloads failed than the restart failure budget; the
 	// record of a workload still waiting, and the event on the RuntimeImage.
 	ReasonRestartsHalted Reason = "RestartsHalted"
+	// OutsideRestartWindow: restarts start only in the operator's restart window; the
+	// record of a workload waiting for it.
+	ReasonOutsideRestartWindow Reason = "OutsideRestartWindow"
 
 	// RuntimeImage approval (operator, condition Approved).
 	ReasonApproved Reason = "Approved" // approved: nodes may authorize the current generation

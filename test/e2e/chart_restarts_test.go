@@ -127,6 +127,7 @@ func chartRestartsEveryNamespace(t *testing.T) {
 		chartWantArg(t, oc, "--rotation-restart-max-failures", "0")
 		chartWantArg(t, oc, "--rotation-restart-soak", "5m")
 		chartNoArg(t, oc, "--rotation-restart-namespaces")
+		chartNoArg(t, oc, "--rotation-restart-window")
 		cr := &rbacv1.ClusterRole{}
 		rc.decode(t, "ClusterRole", chartRestartsName, cr)
 		chartWantRestartRules(t, "ClusterRole "+chartRestartsName, cr.Rules)
@@ -178,6 +179,30 @@ func chartRestartsInNamespaces(t *testing.T) {
 		}
 	}
 	chartCheckRestartPolicy(t, rc, chartNS)
+}
+
+// The restart window becomes the operator's three flags; a schedule without a duration,
+// or a value the schema does not know, is refused at render time.
+func chartRestartsWindow(t *testing.T) {
+	w := "operator.rotationRestarts.window."
+	rc := chartMustRender(t, chartNS, chartPools(append(slices.Clone(chartRestartsArgs), "--set", w+"schedule=0 2 * * 1-5",
+		"--set", w+"duration=2h", "--set", w+"timeZone=Europe/Berlin")...)...)
+	dep, _ := chartCheckCommon(t, rc, chartNS)
+	oc := dep.Spec.Template.Spec.Containers[0]
+	chartWantArg(t, oc, "--rotation-restart-window", "0 2 * * 1-5")
+	chartWantArg(t, oc, "--rotation-restart-window-duration", "2h")
+	chartWantArg(t, oc, "--rotation-restart-window-time-zone", "Europe/Berlin")
+	for _, bad := range []struct{ set, want string }{
+		{w + "schedule=@daily", "window.duration is required"},
+		{w + "duration=two hours", "duration"},
+		{w + "zone=UTC", "zone"},
+	} {
+		_, out, err := chartTemplateRaw(t, chartNS, chartPools(append(slices.Clone(chartRestartsArgs), "--set", bad.set,
+			"--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy")...)...)
+		if err == nil || !strings.Contains(out, bad.want) {
+			t.Errorf("--set %s: err %v, want a refusal naming %q\n%s", bad.set, err, bad.want, out)
+		}
+	}
 }
 
 func chartRestartsPolicyAPI(t *testing.T) {

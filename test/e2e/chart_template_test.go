@@ -35,6 +35,7 @@ func TestChartTemplate(t *testing.T) {
 	t.Run("rotation restarts in every namespace: a ClusterRole and the policy", chartRestartsEveryNamespace)
 	t.Run("rotation restarts in namespaces: a Role in each, nothing cluster-wide", chartRestartsInNamespaces)
 	t.Run("rotation restarts and the admission policy API", chartRestartsPolicyAPI)
+	t.Run("rotation restart window", chartRestartsWindow)
 	t.Run("schema refuses invalid values", chartTemplateSchema)
 }
 

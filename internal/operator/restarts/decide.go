@@ -124,6 +124,9 @@ type Policy struct {
 	// Soak is how long after the rotation completed the first restart waits: the new
 	// generation serves new pods on every node for a while before old ones are moved.
 	Soak time.Duration
+	// Window, when set, is the only time restarts start; those in progress when it closes
+	// finish.
+	Window *Window
 }
 
 // ReasonSoaking: the rotation completed less than the soak period ago.
@@ -372,7 +375,7 @@ func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.Wo
 }
 
 // holdOf is why no restart may start now ("" when they may): the soak period after the
-// rotation completed, spec.paused, or the health gate (HaltOf).
+// rotation completed, spec.paused, the health gate (HaltOf), or the restart window.
 func holdOf(actions []Action, t Target, p Policy, now time.Time) (reason, msg string) {
 	if soakEnd := t.CompletedAt.Add(p.Soak); now.Before(soakEnd) {
 		return ReasonSoaking, fmt.Sprintf("the rotation completed at %s; restarts start after the soak period of %s, at %s",
@@ -384,6 +387,15 @@ func holdOf(actions []Action, t Target, p Policy, now time.Time) (reason, msg st
 	if h := HaltOf(actions, t, p); h != nil {
 		// The new generation hurt too many workloads.
 		return string(vocab.ReasonRestartsHalted), h.Message
+	}
+	if p.Window != nil {
+		if open, opens := p.Window.At(now); !open {
+			when := "never again (the schedule does not fire any more)"
+			if !opens.IsZero() {
+				when = fmt.Sprintf("at %s (%s)", opens.In(p.Window.Location).Format(time.RFC3339), opens.UTC().Format(time.RFC3339))
+			}
+			return string(vocab.ReasonOutsideRestartWindow), fmt.Sprintf("restarts start only in the restart window %s; it opens next %s", p.Window, when)
+		}
 	}
 	return "", ""
 }

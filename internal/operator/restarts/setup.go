@@ -31,6 +31,8 @@ type Options struct {
 	MaxFailures int
 	// Soak: restarts start this long after the rotation completed (0: at once).
 	Soak time.Duration
+	// Window: restarts start only inside it (nil: at any time); ParseWindow.
+	Window *Window
 	// Namespaces limits restarts (and what the operator watches) to these; empty: all.
 	Namespaces []string
 }
@@ -49,7 +51,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options, beats *runtimeim
 			return err
 		}
 	}
-	p := Policy{MaxConcurrent: o.MaxConcurrent, ProgressDeadline: o.ProgressDeadline, MaxFailures: max(o.MaxFailures, 0), Soak: max(o.Soak, 0)}
+	p := Policy{MaxConcurrent: o.MaxConcurrent, ProgressDeadline: o.ProgressDeadline, MaxFailures: max(o.MaxFailures, 0), Soak: max(o.Soak, 0), Window: o.Window}
 	if p.MaxConcurrent <= 0 {
 		p.MaxConcurrent = 5
 	}
