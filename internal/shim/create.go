@@ -76,6 +76,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	}
 	l := layout()
 	started := time.Now()
+	st := newSteps(started)
 	if err := markBundle(r.Bundle); err != nil {
 		return nil, refusal(err)
 	}
@@ -86,7 +87,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		}
 		_ = os.RemoveAll(l.ContainerDir(r.ID))
 	}
-	if err := s.prepare(ctx, l, r, spec, &leased); err != nil {
+	if err := s.prepare(ctx, l, r, spec, &leased, st); err != nil {
 		release()
 		l.CountLaunch("refused", string(reasonOrInternal(err)))
 		return nil, refusal(err)
@@ -98,13 +99,17 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		return resp, err
 	}
 	l.CountLaunch("started", "")
-	l.RecordLaunchDuration(time.Since(started))
+	st.mark("runc-create", time.Now())
+	l.RecordLaunchDuration(st.last.Sub(started))
+	if msg := st.slowLaunch(slowLaunchThreshold()); msg != "" {
+		log.G(ctx).WithField("container", r.ID).Warn("brewlet: " + msg)
+	}
 	return resp, nil
 }
 
 // prepare runs every check, takes the lease, composes the root filesystem and rewrites
 // the spec. Nothing is mounted before every check passed.
-func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.CreateTaskRequest, spec *specs.Spec, leased *bool) error {
+func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.CreateTaskRequest, spec *specs.Spec, leased *bool, steps *steps) error {
 	ann := spec.Annotations
 	id := ann[vocab.AnnotationRuntimeImage]
 	if id == "" {
@@ -117,6 +122,7 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 	if err := checkSpec(spec, readHostFacts(cmp.Or(os.Getenv(vocab.EnvDevRoot), "/dev")), cmp.Or(r.Checkpoint, r.ParentCheckpoint)); err != nil {
 		return err
 	}
+	steps.mark("spec-check", time.Now())
 	launchDir, app, mount, err := snapshotLayers(r.Rootfs)
 	if err != nil {
 		return err
@@ -128,13 +134,16 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 	if err := launch.CheckRuntime(id); err != nil {
 		return err
 	}
+	steps.mark("launch", time.Now())
 	if err := checkImage(ctx, r.ID, launch); err != nil {
 		return err
 	}
+	steps.mark("image", time.Now())
 	auth, err := authorized(l, id)
 	if err != nil {
 		return err
 	}
+	steps.mark("authorization", time.Now())
 	lease := hoststate.Lease{ContainerID: r.ID, ID: id,
 		PodNamespace: ann[vocab.CRISandboxNamespace], PodName: ann[vocab.CRISandboxName],
 		PodUID: ann[vocab.CRISandboxUID], ContainerName: ann[vocab.CRIContainerName]}
@@ -163,9 +172,11 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 	if err := checkIdentity(spec.Process.User, gen.UID); err != nil {
 		return err
 	}
+	steps.mark("lease", time.Now())
 	if err := validateApp(ctx, l, app); err != nil {
 		return err
 	}
+	steps.mark("validate-app", time.Now())
 	mask, err := appMask(l)
 	if err != nil {
 		return err
@@ -175,6 +186,7 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 	if err := recheck(l, id, gen); err != nil {
 		return err
 	}
+	steps.mark("recheck", time.Now())
 	var rt []string
 	for _, d := range gen.Layers {
 		rt = append(rt, l.LayerDir(strings.TrimPrefix(d, "sha256:")))
@@ -197,7 +209,11 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 	// Packaged /app is read-only to the process: a read-only bind of the composed /app.
 	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/app", Type: "bind",
 		Source: filepath.Join(r.Bundle, "rootfs", "app"), Options: []string{"rbind", "ro"}})
-	return writeSpec(r.Bundle, spec)
+	if err := writeSpec(r.Bundle, spec); err != nil {
+		return err
+	}
+	steps.mark("compose", time.Now())
+	return nil
 }
 
 // maxOnDemandWait is the longest a container start waits for an OnDemand install

@@ -191,6 +191,10 @@ const EnvHostPrefix = "BREWLET_HOST_PREFIX"
 // EnvOnDemandWait bounds the shim's wait for an OnDemand install (default 30s).
 const EnvOnDemandWait = "BREWLET_ONDEMAND_WAIT"
 
+// EnvSlowLaunch is the create duration above which the shim logs each step's time
+// (default 1s; 0s: every create).
+const EnvSlowLaunch = "BREWLET_SLOW_LAUNCH"
+
 // EnvDevRoot relocates the device tree the shim scans for device-owning groups (tests;
 // default /dev).
 const EnvDevRoot = "BREWLET_DEV_ROOT"

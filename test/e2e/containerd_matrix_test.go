@@ -65,7 +65,8 @@ const machineShimSockets = "/run/containerd/s"
 
 func matrixCase(t *testing.T, row matrixRow) {
 	n := framework.StartNodeWith(t, framework.NodeOptions{WithoutBrewletHandler: true,
-		Containerd: row.daemon, BaseConfig: row.base, DefaultConfig: row.base == ""})
+		Containerd: row.daemon, BaseConfig: row.base, DefaultConfig: row.base == "",
+		ShimEnv: []string{vocab.EnvSlowLaunch + "=0s"}})
 	ctx := context.Background()
 	before, err := os.ReadFile(n.ConfigPath)
 	if err != nil {
@@ -126,6 +127,12 @@ func matrixCase(t *testing.T, row matrixRow) {
 	out, errOut, code, err := n.ExecSync(ctx, cid, "python", "-c", "print(open('/etc/brewlet-runtime-release').read().strip())")
 	if err != nil || code != 0 || !strings.Contains(out, "BREWLET_RUNTIME_GENERATION=1") {
 		t.Fatalf("exec into the Brewlet container: %v %d %q %q", err, code, out, errOut)
+	}
+	// Every launch counts as slow here: the shim's log line with the time of each step
+	// reaches containerd's log, whichever start protocol the daemon speaks.
+	if log, _ := os.ReadFile(n.Containerd.LogPath); !bytes.Contains(log, []byte("brewlet: slow launch")) ||
+		!bytes.Contains(log, []byte("validate-app=")) || !bytes.Contains(log, []byte(cid)) {
+		t.Errorf("containerd's log has no slow-launch line for %s", cid)
 	}
 	deletePodOf(t, n, cid)
 

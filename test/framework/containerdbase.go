@@ -91,7 +91,7 @@ func defaultBasedConfig(n *Node, base, runc string) ([]byte, error) {
 		set(n.Socket, "grpc", "address")
 		set(n.Socket+".ttrpc", "ttrpc", "address")
 	}
-	env := []string{vocab.EnvHostPrefix + "=" + n.HostPrefix, vocab.EnvOnDemandWait + "=20s", vocab.EnvDevRoot + "=" + n.DevRoot()}
+	env := append([]string{vocab.EnvHostPrefix + "=" + n.HostPrefix, vocab.EnvOnDemandWait + "=20s", vocab.EnvDevRoot + "=" + n.DevRoot()}, n.opts.ShimEnv...)
 	set(env, "plugins", "io.containerd.shim.v1.manager", "env")
 	if shimAPI23(n.containerdTool()) {
 		set(filepath.Join(n.Dir, "s"), "plugins", "io.containerd.shim.v1.manager", "socket_dir")

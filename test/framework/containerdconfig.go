@@ -43,8 +43,8 @@ func containerdConfig(n *Node, runc string) ([]byte, error) {
 				"socket_dir": filepath.Join(n.Dir, "s"),
 				// The shim finds the node's Brewlet state under the instance directory, and
 				// scans a device tree the test controls for device-owning groups.
-				"env": []string{vocab.EnvHostPrefix + "=" + n.HostPrefix, vocab.EnvOnDemandWait + "=20s",
-					vocab.EnvDevRoot + "=" + n.DevRoot()},
+				"env": append([]string{vocab.EnvHostPrefix + "=" + n.HostPrefix, vocab.EnvOnDemandWait + "=20s",
+					vocab.EnvDevRoot + "=" + n.DevRoot()}, n.opts.ShimEnv...),
 			},
 			"io.containerd.nri.v1.nri":      map[string]any{"disable": true},
 			"io.containerd.internal.v1.opt": map[string]any{"path": filepath.Join(n.Dir, "opt")},

@@ -72,6 +72,8 @@ type NodeOptions struct {
 	BaseConfig string
 	// DefaultConfig starts the config from the daemon's own default (BaseConfig empty).
 	DefaultConfig bool
+	// ShimEnv is added to the environment containerd gives shims (e.g. BREWLET_SLOW_LAUNCH).
+	ShimEnv []string
 }
 
 // StartNode starts a node with both handlers. It is removed (pods, shims, mounts, bridge,
