@@ -87,6 +87,9 @@ const (
 	// (an integer from -1000 to 1000; default 0; anything else counts as 0). Platform teams
 	// put canaries first so a bad generation halts restarts before it reaches the rest.
 	AnnotationRestartPriority = Domain + "/restart-priority"
+	// AnnotationRotationsPaused on RuntimeClass brewlet pauses every rotation (waves and
+	// restarts) of every RuntimeImage while set to anything but "false".
+	AnnotationRotationsPaused = Domain + "/rotations-paused"
 	// AnnotationArtifactVersion marks an application artifact's manifest.
 	AnnotationArtifactVersion = Domain + "/artifact-version"
 	// ArtifactVersion is the only artifact version this release understands.

@@ -41,6 +41,9 @@ func TestNodeProfile(t *testing.T) {
 	t.Run("spec.paused holds the waves and resumes them", func(t *testing.T) {
 		testRotationPaused(t, cp.Client)
 	})
+	t.Run("the fleet pause on RuntimeClass brewlet holds every RuntimeImage's waves", func(t *testing.T) {
+		testFleetPaused(t, cp.Client)
+	})
 	t.Run("nodes without a running agent are named, with the cluster's reason", func(t *testing.T) {
 		testAgentsMissing(t, cp.Client)
 	})
@@ -467,6 +470,48 @@ func testRotationPaused(t *testing.T, c client.Client) {
 	stays(t, c, "rp", nodes, 1, 1)
 	updateRI(t, c, "rp", func(ri *brewletv1.RuntimeImage) { ri.Spec.Paused = false })
 	expectAllowed(t, c, "unpaused: wave 1 of generation 2", "rp", nodes, 2, 1)
+}
+
+// testFleetPaused: the annotation brewlet.sh/rotations-paused on RuntimeClass brewlet holds
+// a new generation of every RuntimeImage, with the condition saying what holds it and how to
+// resume; "false" or no annotation lets the waves go.
+func testFleetPaused(t *testing.T, c client.Client) {
+	nodes := []string{"f-a", "f-b"}
+	one := intstr.FromInt32(1)
+	rolloutPool(t, c, "fleet", "fp", &brewletv1.RolloutPolicy{MaxUnavailable: &one}, nodes...)
+	for _, n := range nodes {
+		report(t, c, n, "fp", "Ready", 1)
+	}
+	setFleetPause := func(v *string) {
+		t.Helper()
+		rc := &nodev1.RuntimeClass{}
+		if err := c.Get(context.Background(), client.ObjectKey{Name: vocab.RuntimeClassName}, rc); err != nil {
+			t.Fatal(err)
+		}
+		base := client.MergeFrom(rc.DeepCopy())
+		if v == nil {
+			delete(rc.Annotations, vocab.AnnotationRotationsPaused)
+		} else {
+			metav1.SetMetaDataAnnotation(&rc.ObjectMeta, vocab.AnnotationRotationsPaused, *v)
+		}
+		if err := c.Patch(context.Background(), rc, base); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { setFleetPause(nil) })
+	paused := "true"
+	setFleetPause(&paused)
+	rotateTo(t, c, "fp", 2)
+	stays(t, c, "fp", nodes, 1, 1)
+	expectRotation(t, c, "fp", "held by the fleet pause", func(ri *brewletv1.RuntimeImage) bool {
+		cond := meta.FindStatusCondition(ri.Status.Conditions, string(vocab.ConditionRotationProgressing))
+		return ri.Status.Rotation.Target.Generation == 2 && condIs(ri, vocab.ConditionRotationProgressing, "False", vocab.ReasonRotationPaused) &&
+			cond != nil && strings.Contains(cond.Message, vocab.AnnotationRotationsPaused)
+	})
+	stays(t, c, "fp", nodes, 1, 1)
+	lifted := "false"
+	setFleetPause(&lifted)
+	expectAllowed(t, c, "lifted: wave 1 of generation 2", "fp", nodes, 2, 1)
 }
 
 // rolloutPool makes nodes (their agents alive), RuntimeImage id at digest 1 and a

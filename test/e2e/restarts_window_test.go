@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	nodev1 "k8s.io/api/node/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -48,4 +52,21 @@ func TestRotationRestartsWaitForTheWindow(t *testing.T) {
 	if time.Now().Before(opens) {
 		t.Fatalf("restarted before the window opened at %s", opens)
 	}
+
+	// Inside the window, the fleet pause on RuntimeClass brewlet holds the next rotation's
+	// restart; lifting it lets the restart go.
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: vocab.RuntimeClassName,
+		Annotations: map[string]string{vocab.AnnotationRotationsPaused: "true"}}, Handler: vocab.RuntimeClassName}
+	must(t, c.Create(ctx, rc))
+	w.rotate(t, 3, 3)
+	report3 := func() { w.reportState(t, 3, epoch, vocab.StateReady) }
+	w.follow(t, report3, "Deployment/web=Pending")
+	if r := getRI(t, c, "python").Status.Rotation.Restarts; len(r) != 1 || r[0].Reason != string(vocab.ReasonRotationPaused) ||
+		!strings.Contains(r[0].Message, vocab.AnnotationRotationsPaused) {
+		t.Fatalf("held by the fleet pause: %+v", r)
+	}
+	base := client.MergeFrom(rc.DeepCopy())
+	delete(rc.Annotations, vocab.AnnotationRotationsPaused)
+	must(t, c.Patch(ctx, rc, base))
+	w.follow(t, report3, "Deployment/web=Succeeded")
 }

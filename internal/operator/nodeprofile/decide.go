@@ -40,7 +40,9 @@ type Input struct {
 	Accepted map[string]bool
 	// Agents: heartbeats and agent pods (nil Fresh: nothing is known, no node is listed).
 	Agents AgentFacts
-	Now    metav1.Time
+	// FleetPause holds every rotation's waves when set (fleetpause.Of).
+	FleetPause string
+	Now        metav1.Time
 }
 
 // Event is one event the reconciler records on the profile after a successful write.
@@ -123,7 +125,7 @@ func Decide(in Input) Decision {
 				Report: report(in.Runtimes[n.Name], o.ID), Silent: silent})
 		}
 		idPol := pol
-		idPol.Paused = ri.Spec.Paused
+		idPol.Paused = ri.Spec.Paused || in.FleetPause != ""
 		rd := rollout.Decide(t, nodes, idPol, in.Now.Time)
 		allowed[o.ID] = rd.Allowed
 		installBy[o.ID] = rd.InstallBy

@@ -18,6 +18,7 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/operator/finalizers"
+	"brewlet.sh/brewlet/internal/operator/fleetpause"
 	"brewlet.sh/brewlet/internal/operator/rollout"
 	"brewlet.sh/brewlet/internal/vocab"
 )
@@ -117,6 +118,11 @@ func (r *Reconciler) read(ctx context.Context, p *brewletv1.NodeProfile) (Input,
 		return in, fmt.Errorf("list NodeProfiles: %w", err)
 	}
 	in.Profiles = profiles.Items
+	pause, err := fleetpause.Read(ctx, r.Client)
+	if err != nil {
+		return in, err
+	}
+	in.FleetPause = pause
 	var nodes corev1.NodeList
 	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return in, fmt.Errorf("list Nodes: %w", err)

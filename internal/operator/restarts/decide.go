@@ -142,6 +142,8 @@ type Target struct {
 	CompletedAt time.Time
 	// Paused: the RuntimeImage's spec.paused; no restart starts.
 	Paused bool
+	// FleetPause: the pause of every rotation (fleetpause.Of; "" none); no restart starts.
+	FleetPause string
 }
 
 // TargetOf returns the RuntimeImage's restart target; ok is false while its current
@@ -375,7 +377,8 @@ func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.Wo
 }
 
 // holdOf is why no restart may start now ("" when they may): the soak period after the
-// rotation completed, spec.paused, the health gate (HaltOf), or the restart window.
+// rotation completed, spec.paused or the fleet pause, the health gate (HaltOf), or the
+// restart window.
 func holdOf(actions []Action, t Target, p Policy, now time.Time) (reason, msg string) {
 	if soakEnd := t.CompletedAt.Add(p.Soak); now.Before(soakEnd) {
 		return ReasonSoaking, fmt.Sprintf("the rotation completed at %s; restarts start after the soak period of %s, at %s",
@@ -383,6 +386,9 @@ func holdOf(actions []Action, t Target, p Policy, now time.Time) (reason, msg st
 	}
 	if t.Paused {
 		return string(vocab.ReasonRotationPaused), fmt.Sprintf("RuntimeImage %s has spec.paused: no restart starts; set it to false to resume", t.ID)
+	}
+	if t.FleetPause != "" {
+		return string(vocab.ReasonRotationPaused), t.FleetPause
 	}
 	if h := HaltOf(actions, t, p); h != nil {
 		// The new generation hurt too many workloads.

@@ -446,3 +446,13 @@ func TestDecideSoak(t *testing.T) {
 		t.Fatalf("after the soak: %q", s)
 	}
 }
+
+// The fleet pause holds every restart like spec.paused, with its own message.
+func TestDecideFleetPause(t *testing.T) {
+	held := target
+	held.FleetPause = "RuntimeClass brewlet has brewlet.sh/rotations-paused=\"true\""
+	got := Decide(held, []Workload{wl("a", pod("p1", before))}, running(map[string]int64{"p1": 2}), nil, 0, policy, now)
+	if s := summary(got); s != "a:Pending" || got[0].Record.Reason != string(vocab.ReasonRotationPaused) || got[0].Record.Message != held.FleetPause {
+		t.Fatalf("fleet pause: %q %+v", s, got[0].Record)
+	}
+}

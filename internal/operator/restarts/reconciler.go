@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/fleetpause"
 	"brewlet.sh/brewlet/internal/operator/runtimeimage"
 	"brewlet.sh/brewlet/internal/vocab"
 )
@@ -47,6 +48,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !ok {
 		return reconcile.Result{}, nil // the rotation has not reached every node yet
 	}
+	pause, err := fleetpause.Read(ctx, r.Client)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	t.FleetPause = pause
 	workloads, err := r.workloads(ctx, t.ID)
 	if err != nil {
 		return reconcile.Result{}, err

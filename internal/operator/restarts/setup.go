@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	nodev1 "k8s.io/api/node/v1"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/fleetpause"
 	"brewlet.sh/brewlet/internal/operator/runtimeimage"
 	"brewlet.sh/brewlet/internal/vocab"
 )
@@ -75,6 +78,8 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options, beats *runtimeim
 		Watches(&appsv1.StatefulSet{}, byTemplate, builder.WithPredicates(workloadChanged)).
 		Watches(&appsv1.DaemonSet{}, byTemplate, builder.WithPredicates(workloadChanged)).
 		Watches(&corev1.Pod{}, byPod, builder.WithPredicates(podChanged)).
+		// The fleet pause (an annotation on RuntimeClass brewlet) holds every RuntimeImage.
+		Watches(&nodev1.RuntimeClass{}, fleetpause.EveryRuntimeImage(mgr.GetClient()), builder.WithPredicates(fleetpause.Changes)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: &skipNameValidation}).
 		Complete(r)
 }

@@ -58,6 +58,12 @@ type Decision struct {
 // agent is alive (its heartbeat is recent; see observeTasks), silent whether it is known to
 // have stopped (HeartbeatClock.Silent; see rotation).
 func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFailures int, fresh, silent func(node string) bool, now metav1.Time) Decision {
+	return DecideWith(ri, reports, maxFailures, fresh, silent, "", now)
+}
+
+// DecideWith is Decide under a fleet pause (fleetpause.Of; "" none), which holds the
+// rotation as spec.paused does.
+func DecideWith(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFailures int, fresh, silent func(node string) bool, fleetPause string, now metav1.Time) Decision {
 	st := *ri.Status.DeepCopy()
 	d := Decision{Holders: Holders(ri.Name, ri.UID, reports)}
 
@@ -101,7 +107,7 @@ func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFail
 		approved.Message = fmt.Sprintf("generation %d (%s) of epoch %s is approved", st.Generation, st.Digest, ri.UID)
 	}
 	meta.SetStatusCondition(&st.Conditions, approved)
-	d.NextDeadline = rotation(ri, &st, reports, maxFailures, silent, now)
+	d.NextDeadline = rotation(ri, &st, reports, maxFailures, silent, fleetPause, now)
 	d.Recheck = st.Rotation != nil && st.Rotation.RotationCompletedAt == nil && st.Rotation.Nodes != (brewletv1.RotationNodeCounts{})
 	observeTasks(ri, &st, reports, fresh, now)
 	if st.TaskObservations == nil {

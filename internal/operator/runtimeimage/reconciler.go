@@ -18,6 +18,7 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/operator/finalizers"
+	"brewlet.sh/brewlet/internal/operator/fleetpause"
 	"brewlet.sh/brewlet/internal/operator/nodeprofile"
 	"brewlet.sh/brewlet/internal/operator/rollout"
 	"brewlet.sh/brewlet/internal/vocab"
@@ -145,8 +146,12 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) (time
 	}
 	beats := r.Beats.Heartbeats()
 	now := r.now()
-	d := Decide(ri, reports.Items, budget, func(node string) bool { return beats.Fresh(node, now.Time, r.staleAfter()) },
-		func(node string) bool { return r.Beats.Silent(node, now.Time) }, now)
+	pause, err := fleetpause.Read(ctx, r.Client)
+	if err != nil {
+		return 0, err
+	}
+	d := DecideWith(ri, reports.Items, budget, func(node string) bool { return beats.Fresh(node, now.Time, r.staleAfter()) },
+		func(node string) bool { return r.Beats.Silent(node, now.Time) }, pause, now)
 	nameMissingAgents(&d.Status, missing)
 	var after time.Duration
 	if len(d.Status.TaskObservations) > 0 || d.Recheck {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	nodev1 "k8s.io/api/node/v1"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -30,6 +32,9 @@ func fakeAPI(t *testing.T, objs ...client.Object) (client.Client, func() []write
 	t.Helper()
 	s := runtime.NewScheme()
 	if err := brewletv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodev1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex

@@ -36,7 +36,7 @@ const maxExcludedNodes = 20
 //
 // It returns the earliest installBy ahead of an installing node (zero: none), when a node
 // may time out without any object changing.
-func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, reports []brewletv1.NodeRuntime, maxFailures int, silent func(node string) bool, now metav1.Time) (next time.Time) {
+func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, reports []brewletv1.NodeRuntime, maxFailures int, silent func(node string) bool, fleetPause string, now metav1.Time) (next time.Time) {
 	if st.Generation < 1 || st.Epoch != ri.UID {
 		return next
 	}
@@ -107,6 +107,9 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonRotationPaused)
 		prog.Message = fmt.Sprintf("spec.paused holds the rotation: %d of %d node(s) serve generation %d, no further node is allowed it and no workload restart starts; set spec.paused to false to resume",
 			counts.Current, reporting, g)
+	case !done && fleetPause != "":
+		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonRotationPaused)
+		prog.Message = fmt.Sprintf("%d of %d node(s) serve generation %d. %s", counts.Current, reporting, g, fleetPause)
 	case done && counts.Excluded > 0:
 		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonCompleteWithExclusions)
 		prog.Message = fmt.Sprintf("%d of %d node(s) serve generation %d; %d excluded (%s), within rollout.maxFailures=%d for failures: %s",

@@ -3,6 +3,8 @@ package runtimeimage
 import (
 	"context"
 
+	nodev1 "k8s.io/api/node/v1"
+
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -12,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/fleetpause"
 )
 
 // ControllerName names the controller in logs and controller-runtime's metrics.
@@ -36,6 +39,8 @@ func Setup(ctx context.Context, mgr manager.Manager, skipNameValidation bool, be
 		Watches(&brewletv1.NodeRuntime{}, handler.EnqueueRequestsFromMapFunc(Requests)).
 		// A profile's rollout.maxFailures is the rotation's failure budget.
 		Watches(&brewletv1.NodeProfile{}, handler.EnqueueRequestsFromMapFunc(offered)).
+		// The fleet pause (an annotation on RuntimeClass brewlet) holds every RuntimeImage.
+		Watches(&nodev1.RuntimeClass{}, fleetpause.EveryRuntimeImage(mgr.GetClient()), builder.WithPredicates(fleetpause.Changes)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: &skipNameValidation}).
 		Complete(r)
 }
