@@ -20,7 +20,12 @@ type steps struct {
 	took        []time.Duration
 }
 
-func newSteps(now time.Time) *steps { return &steps{start: now, last: now} }
+// maxSteps is the number of marks a create makes: room for all of them up front.
+const maxSteps = 10
+
+func newSteps(now time.Time) *steps {
+	return &steps{start: now, last: now, names: make([]string, 0, maxSteps), took: make([]time.Duration, 0, maxSteps)}
+}
 
 // mark ends the phase called name at now.
 func (s *steps) mark(name string, now time.Time) {

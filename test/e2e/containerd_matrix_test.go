@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,15 +79,7 @@ func matrixCase(t *testing.T, row matrixRow) {
 	if (n.ImportsDir != "") != row.dropIn {
 		t.Fatalf("drop-in directory %q, the row says %v", n.ImportsDir, row.dropIn)
 	}
-	pod := n.PodConfig("survivor", nil)
-	podID, err := n.RunPod(ctx, pod, "runc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	survivor, err := n.CreateStart(ctx, podID, pod, framework.ContainerConfig("c", n.BusyboxImage, "sleep", "3600"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	survivor := startSurvivor(t, n)
 
 	var restarts atomic.Int32
 	cd := &containerd.Handler{ConfigPath: n.ConfigPath, Binary: n.ContainerdBinary(),
@@ -164,10 +157,7 @@ func matrixCase(t *testing.T, row matrixRow) {
 	if err := handlerListed(ctx, n); err == nil {
 		t.Fatal("handler still listed after the rollback")
 	}
-	st, err := n.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: survivor})
-	if err != nil || st.Status.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
-		t.Fatalf("the runc container did not survive %d restarts: %v %v", restarts.Load(), err, st)
-	}
+	expectSurvived(t, n, survivor, fmt.Sprintf("%d restarts", restarts.Load()))
 }
 
 // A containerd Brewlet cannot run on (1.7: no task API v3) is refused with a reason that

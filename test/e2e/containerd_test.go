@@ -29,6 +29,31 @@ func handlerListed(ctx context.Context, n *framework.Node) error {
 	return errors.New("CRI does not list the brewlet runtime handler")
 }
 
+// startSurvivor starts a container on the stock runc handler that every containerd restart
+// of a test must leave running (expectSurvived).
+func startSurvivor(t *testing.T, n *framework.Node) string {
+	t.Helper()
+	ctx := context.Background()
+	pod := n.PodConfig("survivor", nil)
+	podID, err := n.RunPod(ctx, pod, "runc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := n.CreateStart(ctx, podID, pod, framework.ContainerConfig("c", n.BusyboxImage, "sleep", "3600"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func expectSurvived(t *testing.T, n *framework.Node, id, what string) {
+	t.Helper()
+	st, err := n.Runtime.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	if err != nil || st.Status.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("the runc container did not survive %s: %v %v", what, err, st)
+	}
+}
+
 // The provisioner registers the brewlet handler through containerd's drop-in directory,
 // checks it with containerd's own parser, restarts containerd only on a change, health-
 // checks the handler through CRI, rolls back on failure, and removes it again on cleanup;
@@ -36,15 +61,7 @@ func handlerListed(ctx context.Context, n *framework.Node) error {
 func TestContainerdHandlerRegistration(t *testing.T) {
 	n := framework.StartNodeWith(t, framework.NodeOptions{WithoutBrewletHandler: true, ImportsDir: true})
 	ctx := context.Background()
-	pod := n.PodConfig("survivor", nil)
-	podID, err := n.RunPod(ctx, pod, "runc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	survivor, err := n.CreateStart(ctx, podID, pod, framework.ContainerConfig("c", n.BusyboxImage, "sleep", "3600"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	survivor := startSurvivor(t, n)
 	if _, err := n.RunPod(ctx, n.PodConfig("before", nil), "brewlet"); err == nil {
 		t.Fatal("brewlet handler usable before registration")
 	}
@@ -106,7 +123,7 @@ func TestContainerdHandlerRegistration(t *testing.T) {
 	// A handler that fails its health check is rolled back, and containerd runs on.
 	failing := *cd
 	failing.Health = func(context.Context) error { return errors.New("simulated: handler does not answer") }
-	_, err = failing.Ensure(ctx)
+	_, err := failing.Ensure(ctx)
 	if vocab.ReasonOf(err) != vocab.ReasonContainerdConfigFailed || !strings.Contains(err.Error(), "rolled back") {
 		t.Fatalf("failed health check: %v", err)
 	}
@@ -122,10 +139,7 @@ func TestContainerdHandlerRegistration(t *testing.T) {
 	if err := handlerListed(ctx, n); err == nil {
 		t.Fatal("handler still listed after rollback")
 	}
-	st, err := n.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: survivor})
-	if err != nil || st.Status.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
-		t.Fatalf("running container did not survive the restarts: %v %v", err, st)
-	}
+	expectSurvived(t, n, survivor, "the restarts")
 
 	t.Run("main config without imports is rewritten with a TOML library", func(t *testing.T) {
 		cfg := filepath.Join(t.TempDir(), "config.toml")

@@ -455,33 +455,15 @@ func testRotationStuckNode(t *testing.T, c client.Client) {
 // testRotationPaused: with spec.paused a new generation reaches no node; the condition
 // says so; unpaused, the first wave goes.
 func testRotationPaused(t *testing.T, c client.Client) {
-	nodes := []string{"p-a", "p-b"}
-	one := intstr.FromInt32(1)
-	rolloutPool(t, c, "paused", "rp", &brewletv1.RolloutPolicy{MaxUnavailable: &one}, nodes...)
-	for _, n := range nodes {
-		report(t, c, n, "rp", "Ready", 1)
-	}
-	updateRI(t, c, "rp", func(ri *brewletv1.RuntimeImage) { ri.Spec.Paused = true })
-	rotateTo(t, c, "rp", 2)
-	stays(t, c, "rp", nodes, 1, 1)
-	expectRotation(t, c, "rp", "paused", func(ri *brewletv1.RuntimeImage) bool {
-		return ri.Status.Rotation.Target.Generation == 2 && condIs(ri, vocab.ConditionRotationProgressing, "False", vocab.ReasonRotationPaused)
-	})
-	stays(t, c, "rp", nodes, 1, 1)
-	updateRI(t, c, "rp", func(ri *brewletv1.RuntimeImage) { ri.Spec.Paused = false })
-	expectAllowed(t, c, "unpaused: wave 1 of generation 2", "rp", nodes, 2, 1)
+	wavesHeld(t, c, "paused", "rp", []string{"p-a", "p-b"}, func(on bool) {
+		updateRI(t, c, "rp", func(ri *brewletv1.RuntimeImage) { ri.Spec.Paused = on })
+	}, "")
 }
 
 // testFleetPaused: the annotation brewlet.sh/rotations-paused on RuntimeClass brewlet holds
 // a new generation of every RuntimeImage, with the condition saying what holds it and how to
-// resume; "false" or no annotation lets the waves go.
+// resume; "false" lets the waves go.
 func testFleetPaused(t *testing.T, c client.Client) {
-	nodes := []string{"f-a", "f-b"}
-	one := intstr.FromInt32(1)
-	rolloutPool(t, c, "fleet", "fp", &brewletv1.RolloutPolicy{MaxUnavailable: &one}, nodes...)
-	for _, n := range nodes {
-		report(t, c, n, "fp", "Ready", 1)
-	}
 	setFleetPause := func(v *string) {
 		t.Helper()
 		rc := &nodev1.RuntimeClass{}
@@ -499,19 +481,33 @@ func testFleetPaused(t *testing.T, c client.Client) {
 		}
 	}
 	t.Cleanup(func() { setFleetPause(nil) })
-	paused := "true"
-	setFleetPause(&paused)
-	rotateTo(t, c, "fp", 2)
-	stays(t, c, "fp", nodes, 1, 1)
-	expectRotation(t, c, "fp", "held by the fleet pause", func(ri *brewletv1.RuntimeImage) bool {
+	wavesHeld(t, c, "fleet", "fp", []string{"f-a", "f-b"}, func(on bool) {
+		v := map[bool]string{true: "true", false: "false"}[on]
+		setFleetPause(&v)
+	}, vocab.AnnotationRotationsPaused)
+}
+
+// wavesHeld rotates id over a pool of nodes in waves of one while hold(true) applies: no
+// node is allowed generation 2 and RotationProgressing is False/RotationPaused (its message
+// containing msg); after hold(false) the first wave goes.
+func wavesHeld(t *testing.T, c client.Client, pool, id string, nodes []string, hold func(bool), msg string) {
+	t.Helper()
+	one := intstr.FromInt32(1)
+	rolloutPool(t, c, pool, id, &brewletv1.RolloutPolicy{MaxUnavailable: &one}, nodes...)
+	for _, n := range nodes {
+		report(t, c, n, id, "Ready", 1)
+	}
+	hold(true)
+	rotateTo(t, c, id, 2)
+	stays(t, c, id, nodes, 1, 1)
+	expectRotation(t, c, id, "paused", func(ri *brewletv1.RuntimeImage) bool {
 		cond := meta.FindStatusCondition(ri.Status.Conditions, string(vocab.ConditionRotationProgressing))
 		return ri.Status.Rotation.Target.Generation == 2 && condIs(ri, vocab.ConditionRotationProgressing, "False", vocab.ReasonRotationPaused) &&
-			cond != nil && strings.Contains(cond.Message, vocab.AnnotationRotationsPaused)
+			cond != nil && strings.Contains(cond.Message, msg)
 	})
-	stays(t, c, "fp", nodes, 1, 1)
-	lifted := "false"
-	setFleetPause(&lifted)
-	expectAllowed(t, c, "lifted: wave 1 of generation 2", "fp", nodes, 2, 1)
+	stays(t, c, id, nodes, 1, 1)
+	hold(false)
+	expectAllowed(t, c, "unpaused: wave 1 of generation 2", id, nodes, 2, 1)
 }
 
 // rolloutPool makes nodes (their agents alive), RuntimeImage id at digest 1 and a

@@ -68,7 +68,7 @@ func asRC(o client.Object) *nodev1.RuntimeClass {
 func EveryRuntimeImage(c client.Reader) handler.EventHandler {
 	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 		var ris brewletv1.RuntimeImageList
-		if err := c.List(ctx, &ris); err != nil {
+		if err := c.List(ctx, &ris, client.UnsafeDisableDeepCopy); err != nil {
 			return nil
 		}
 		out := make([]reconcile.Request, 0, len(ris.Items))

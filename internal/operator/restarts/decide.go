@@ -140,10 +140,13 @@ type Target struct {
 	Barrier
 	// CompletedAt is the rotation's rotationCompletedAt (zero while it is incomplete).
 	CompletedAt time.Time
-	// Paused: the RuntimeImage's spec.paused; no restart starts.
-	Paused bool
-	// FleetPause: the pause of every rotation (fleetpause.Of; "" none); no restart starts.
-	FleetPause string
+	// Pause says what holds every restart ("" nothing): the RuntimeImage's spec.paused, or
+	// the pause of every rotation (fleetpause.Of).
+	Pause string
+}
+
+func specPaused(id string) string {
+	return fmt.Sprintf("RuntimeImage %s has spec.paused: no restart starts; set it to false to resume", id)
 }
 
 // TargetOf returns the RuntimeImage's restart target; ok is false while its current
@@ -156,8 +159,11 @@ func TargetOf(ri *brewletv1.RuntimeImage) (Target, bool) {
 		rot.Target.Generation != st.Generation || !meta.IsStatusConditionTrue(st.Conditions, string(vocab.ConditionRotationComplete)) {
 		return Target{}, false
 	}
-	return Target{Barrier: Barrier{ID: ri.Name, Epoch: ri.UID, Generation: st.Generation}, CompletedAt: rot.RotationCompletedAt.Time,
-		Paused: ri.Spec.Paused}, true
+	t := Target{Barrier: Barrier{ID: ri.Name, Epoch: ri.UID, Generation: st.Generation}, CompletedAt: rot.RotationCompletedAt.Time}
+	if ri.Spec.Paused {
+		t.Pause = specPaused(ri.Name)
+	}
+	return t, true
 }
 
 // Tasks are what the nodes' reports show for one runtime ID.
@@ -384,11 +390,8 @@ func holdOf(actions []Action, t Target, p Policy, now time.Time) (reason, msg st
 		return ReasonSoaking, fmt.Sprintf("the rotation completed at %s; restarts start after the soak period of %s, at %s",
 			t.CompletedAt.UTC().Format(time.RFC3339), p.Soak, soakEnd.UTC().Format(time.RFC3339))
 	}
-	if t.Paused {
-		return string(vocab.ReasonRotationPaused), fmt.Sprintf("RuntimeImage %s has spec.paused: no restart starts; set it to false to resume", t.ID)
-	}
-	if t.FleetPause != "" {
-		return string(vocab.ReasonRotationPaused), t.FleetPause
+	if t.Pause != "" {
+		return string(vocab.ReasonRotationPaused), t.Pause
 	}
 	if h := HaltOf(actions, t, p); h != nil {
 		// The new generation hurt too many workloads.

@@ -416,7 +416,7 @@ func FuzzPriorityOf(f *testing.F) {
 // spec.paused starts no restart; the one in progress goes on.
 func TestDecidePaused(t *testing.T) {
 	paused := target
-	paused.Paused = true
+	paused.Pause = specPaused(paused.ID)
 	inProgress := wl("a", pod("p-a", before))
 	inProgress.Barrier = barrier(3, epoch)
 	got := Decide(paused, []Workload{inProgress, wl("b", pod("p-b", before))}, running(map[string]int64{"p-a": 2, "p-b": 2}),
@@ -450,9 +450,9 @@ func TestDecideSoak(t *testing.T) {
 // The fleet pause holds every restart like spec.paused, with its own message.
 func TestDecideFleetPause(t *testing.T) {
 	held := target
-	held.FleetPause = "RuntimeClass brewlet has brewlet.sh/rotations-paused=\"true\""
+	held.Pause = "RuntimeClass brewlet has brewlet.sh/rotations-paused=\"true\""
 	got := Decide(held, []Workload{wl("a", pod("p1", before))}, running(map[string]int64{"p1": 2}), nil, 0, policy, now)
-	if s := summary(got); s != "a:Pending" || got[0].Record.Reason != string(vocab.ReasonRotationPaused) || got[0].Record.Message != held.FleetPause {
+	if s := summary(got); s != "a:Pending" || got[0].Record.Reason != string(vocab.ReasonRotationPaused) || got[0].Record.Message != held.Pause {
 		t.Fatalf("fleet pause: %q %+v", s, got[0].Record)
 	}
 }

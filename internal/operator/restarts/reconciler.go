@@ -48,11 +48,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !ok {
 		return reconcile.Result{}, nil // the rotation has not reached every node yet
 	}
-	pause, err := fleetpause.Read(ctx, r.Client)
-	if err != nil {
-		return reconcile.Result{}, err
+	if t.Pause == "" {
+		pause, err := fleetpause.Read(ctx, r.Client)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		t.Pause = pause
 	}
-	t.FleetPause = pause
 	workloads, err := r.workloads(ctx, t.ID)
 	if err != nil {
 		return reconcile.Result{}, err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -95,7 +96,7 @@ func (c *Handler) CheckVersion(ctx context.Context) (Version, error) {
 // limitWriter keeps the first n bytes written and drops the rest, so a program that prints
 // without end cannot fill the agent's memory.
 type limitWriter struct {
-	w interface{ Write([]byte) (int, error) }
+	w io.Writer
 	n int
 }
 
