@@ -23,7 +23,7 @@ const dirBatch = 4096
 // against the layer set's budget. The root itself is the entry ".". Overlay whiteouts (0/0
 // character devices) and opaque markers are recognized exactly as the kernel does.
 func DirEntries(root string, b *Budget, where string) ([]Entry, error) {
-	e, err := dirEntry(root, ".")
+	e, err := dirEntry(root, ".", b.lim.NodeLabel)
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +36,7 @@ func DirEntries(root string, b *Budget, where string) ([]Entry, error) {
 		pending = pending[:len(pending)-1]
 		err := readDir(filepath.Join(root, dir), func(name string) error {
 			p := path.Join(dir, name)
-			e, err := dirEntry(root, p)
+			e, err := dirEntry(root, p, b.lim.NodeLabel)
 			if err != nil {
 				return err
 			}
@@ -80,8 +80,9 @@ func readDir(dir string, fn func(string) error) error {
 	}
 }
 
-// dirEntry describes one path of an unpacked layer.
-func dirEntry(root, rel string) (Entry, error) {
+// dirEntry describes one path of an unpacked layer. A security.selinux attribute holding
+// nodeLabel is the node's own labelling and is left out of the entry's attributes.
+func dirEntry(root, rel, nodeLabel string) (Entry, error) {
 	p := filepath.Join(root, filepath.FromSlash(rel))
 	fi, err := os.Lstat(p)
 	if err != nil {
@@ -117,6 +118,18 @@ func dirEntry(root, rel string) (Entry, error) {
 		return Entry{}, err
 	}
 	for _, n := range names {
+		if n == SELinuxXattr {
+			v, err := labelOf(p)
+			if err != nil {
+				return Entry{}, err
+			}
+			if nodeLabel != "" && v == nodeLabel {
+				continue
+			}
+			e.Xattrs = append(e.Xattrs, n)
+			e.XattrValues = map[string]string{n: v}
+			continue
+		}
 		if n == OpaqueXattr && e.Type == TypeDir {
 			v, err := opaqueValueOf(p)
 			if err != nil {

@@ -19,10 +19,16 @@ const (
 	MaxPathBytes = 256 << 20
 )
 
-// Limits bound the validation of one layer set.
+// Limits bound the validation of one layer set, and carry the one fact of the node it
+// depends on.
 type Limits struct {
 	Entries   int
 	PathBytes int64
+	// NodeLabel is the SELinux label the node's policy gives the files of containerd's
+	// snapshots (read from the snapshots directory; "" where the node labels nothing). A
+	// security.selinux attribute of exactly this value was written by the node, not carried
+	// by the layer, and is accepted; any other value stays refused (selinux.go).
+	NodeLabel string
 }
 
 // DefaultLimits are the production caps.

@@ -48,6 +48,14 @@ type Entry struct {
 	XattrValues map[string]string
 }
 
+// SELinuxXattr holds a file's SELinux label. On SELinux nodes (RHEL-family, Bottlerocket)
+// the policy writes it on every file containerd unpacks, so an application layer's
+// snapshot carries it on every entry: that value is the node's and is accepted
+// (Limits.NodeLabel). A layer can also bring its own (containerd applies an archive's
+// attributes as they are); such a label is the layer's and is refused like every other
+// attribute.
+const SELinuxXattr = "security.selinux"
+
 // Rule names, as they appear in LayerPathViolation messages.
 const (
 	RuleOutsideApp    = "outside app/"
@@ -106,6 +114,9 @@ func checkEntry(e Entry) (rule, hint string) {
 		return RuleSetID, "application files run without privileges; clear the setuid/setgid bit"
 	case len(overlayXattrs(e)) > 0:
 		return RuleXattr, fmt.Sprintf("remove %v: overlay attributes change what the kernel shows; mark an opaque directory with a .wh..wh..opq entry", overlayXattrs(e))
+	case len(e.Xattrs) == 1 && e.Xattrs[0] == SELinuxXattr:
+		return RuleXattr, fmt.Sprintf("the layer carries its own SELinux label %q (a node accepts only the label its policy gives containerd's snapshots); rebuild the image without %s attributes: the node labels files itself",
+			e.XattrValues[SELinuxXattr], SELinuxXattr)
 	case len(e.Xattrs) > 0:
 		return RuleXattr, fmt.Sprintf("remove %v; only overlay opaque markers are allowed", e.Xattrs)
 	case e.Type == TypeFile && e.Mode&0o004 == 0:

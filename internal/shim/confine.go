@@ -86,6 +86,9 @@ func checkSpec(s *specs.Spec, host hostFacts, checkpoint string) error {
 	if why := processPrivilege(s.Process); why != "" {
 		return deny("%s", why)
 	}
+	if why := mountLabelRefusal(s.Linux.MountLabel); why != "" {
+		return deny("%s", why)
+	}
 	if h := hookNames(s.Hooks); len(h) > 0 {
 		return deny("the OCI spec carries %s hooks (added by a CDI device, an NRI plugin or the node's base runtime spec); hooks run on the node as root, outside the container and before Brewlet's rules apply, so Brewlet containers have none: remove the CDI device request, or keep the plugin away from runtime handler %s", strings.Join(h, ", "), vocab.RuntimeClassName)
 	}
@@ -110,7 +113,7 @@ func processPrivilege(p *specs.Process) string {
 	if io := p.IOPriority; io != nil && io.Class == specs.IOPRIO_CLASS_RT {
 		return "real-time I/O priority is requested; Brewlet processes use the best-effort or idle I/O class"
 	}
-	return ""
+	return processLabelRefusal(p.SelinuxLabel)
 }
 
 // neutralizeSpec closes what containerd or the pod left open and the workload does not need:

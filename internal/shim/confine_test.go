@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containerd/containerd/api/types"
 	"github.com/containerd/containerd/v2/contrib/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -53,6 +54,17 @@ func TestCheckSpec(t *testing.T) {
 	}{
 		{name: "ordinary CRI container", edit: func(*specs.Spec) {}},
 		{name: "unprivileged groups", edit: func(s *specs.Spec) { s.Process.User.AdditionalGids = []uint32{2000, 3000} }},
+		{name: "SELinux container type with categories", edit: func(s *specs.Spec) {
+			s.Process.SelinuxLabel = "system_u:system_r:container_t:s0:c4,c9"
+			s.Linux.MountLabel = "system_u:object_r:container_file_t:s0:c4,c9"
+		}},
+		{name: "SELinux spc_t is unconfined", edit: func(s *specs.Spec) { s.Process.SelinuxLabel = "system_u:system_r:spc_t:s0" },
+			want: "SELinux type spc_t"},
+		{name: "SELinux label without a type", edit: func(s *specs.Spec) { s.Process.SelinuxLabel = "container_t" },
+			want: "not a context"},
+		{name: "mount label smuggling options", edit: func(s *specs.Spec) {
+			s.Linux.MountLabel = `system_u:object_r:container_file_t:s0",lowerdir=/`
+		}, want: "linux.mountLabel"},
 		{name: "user namespace is allowed", edit: func(s *specs.Spec) {
 			s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
 		}},
@@ -308,6 +320,50 @@ func FuzzConfineSpec(f *testing.F) {
 		}
 		if slices.Contains(append([]uint32{s.Process.User.GID}, s.Process.User.AdditionalGids...), 6) {
 			t.Fatalf("device group accepted")
+		}
+	})
+}
+
+func TestKeepMountLabel(t *testing.T) {
+	for _, tc := range []struct {
+		name, label string
+		opts, want  []string
+	}{
+		{"no label", "", []string{"lowerdir=/a:/b"}, []string{"lowerdir=/a:/b"}},
+		{"containerd's context kept", "u:r:container_file_t:s0:c1,c2",
+			[]string{"lowerdir=/a", `context="u:r:container_file_t:s0:c1,c2"`}, []string{"lowerdir=/a", `context="u:r:container_file_t:s0:c1,c2"`}},
+		{"added when missing", "u:r:container_file_t:s0:c1,c2",
+			[]string{"lowerdir=/a"}, []string{"lowerdir=/a", `context="u:r:container_file_t:s0:c1,c2"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &types.Mount{Type: "overlay", Options: slices.Clone(tc.opts)}
+			keepMountLabel(m, tc.label)
+			if !slices.Equal(m.Options, tc.want) {
+				t.Fatalf("options %q, want %q", m.Options, tc.want)
+			}
+		})
+	}
+}
+
+// A label the shim accepts can only become one mount option: nothing in it can end the
+// quoted value. An accepted process label always names one of the container types.
+func FuzzSELinuxLabels(f *testing.F) {
+	for _, s := range []string{"system_u:system_r:container_t:s0:c1,c2", `u:r:t:s0",lowerdir=/`, "spc_t", "a:b:spc_t:s0", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, label string) {
+		if mountLabelRefusal(label) == "" && label != "" {
+			m := &types.Mount{Type: "overlay"}
+			keepMountLabel(m, label)
+			if len(m.Options) != 1 || strings.Count(m.Options[0], `"`) != 2 || strings.ContainsAny(label, "\"\\ ") {
+				t.Fatalf("accepted mount label %q gives options %q", label, m.Options)
+			}
+		}
+		if label != "" && processLabelRefusal(label) == "" {
+			typ, ok := labelType(label)
+			if !ok || !slices.Contains(confinedTypes, typ) {
+				t.Fatalf("accepted process label %q has type %q", label, typ)
+			}
 		}
 	})
 }

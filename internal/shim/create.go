@@ -192,6 +192,7 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 		rt = append(rt, l.LayerDir(strings.TrimPrefix(d, "sha256:")))
 	}
 	composeLowerdirs(mount, app, mask, rt)
+	keepMountLabel(mount, spec.Linux.MountLabel)
 
 	st := &execState{RuntimeID: id, Epoch: gen.Epoch, Generation: gen.Generation,
 		UID: spec.Process.User.UID, GID: spec.Process.User.GID, AdditionalGids: spec.Process.User.AdditionalGids,

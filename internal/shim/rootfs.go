@@ -67,7 +67,30 @@ func readLaunch(dir string) (*artifact.Launch, error) {
 // appValidationTimeout, remembering every verdict about the layers themselves per layer
 // set (see cachedValidation).
 func validateApp(ctx context.Context, l hoststate.Layout, app []string) error {
-	return cachedValidation(ctx, filepath.Join(l.State, "verdicts"), app, artifact.DefaultLimits())
+	lim := artifact.DefaultLimits()
+	label, err := snapshotLabel(app)
+	if err != nil {
+		return err
+	}
+	lim.NodeLabel = label
+	return cachedValidation(ctx, filepath.Join(l.State, "verdicts"), app, lim)
+}
+
+// snapshotLabel is the SELinux label the node's policy gives containerd's snapshots: the
+// label of the overlay snapshotter's snapshots directory (".../snapshots/<n>/fs" are the
+// layers), which containerd made and no layer can touch. "" on nodes without labels.
+func snapshotLabel(app []string) (string, error) {
+	if len(app) == 0 {
+		return "", nil
+	}
+	dir := filepath.Dir(filepath.Dir(app[0]))
+	for _, a := range app[1:] {
+		if filepath.Dir(filepath.Dir(a)) != dir {
+			// Layers from two snapshot stores: no one label is the node's.
+			return "", nil
+		}
+	}
+	return artifact.ReadLabel(dir)
 }
 
 // appMask returns a layer holding an opaque, empty /app: placed between the application

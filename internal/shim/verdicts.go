@@ -100,11 +100,11 @@ func verdictOf(err error) (verdict, bool) {
 // layerSetKey names a layer set by the identity of its directories rather than their
 // paths: containerd reuses snapshot numbers (".../snapshots/<n>/fs") after its state is
 // wiped, but a directory created anew has a new birth time (or, where the filesystem keeps
-// none, a new change time) even when its inode number is reused. The rules version and the
-// limits are part of the key, so that other rules never answer.
+// none, a new change time) even when its inode number is reused. The rules version, the
+// limits and the node's SELinux label are part of the key, so that other rules never answer.
 func layerSetKey(dirs []string, lim artifact.Limits) (string, error) {
 	h := sha256.New()
-	_, _ = fmt.Fprintf(h, "brewlet layer rules v%d, %d entries, %d path bytes\n", artifact.RulesVersion, lim.Entries, lim.PathBytes)
+	_, _ = fmt.Fprintf(h, "brewlet layer rules v%d, %d entries, %d path bytes, node label %q\n", artifact.RulesVersion, lim.Entries, lim.PathBytes, lim.NodeLabel)
 	for _, d := range dirs {
 		id, err := dirIdentity(d)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,13 +24,30 @@ import (
 	"brewlet.sh/brewlet/test/framework/testimage"
 )
 
-// buildCLI compiles cmd/brewlet once per test.
+// cli is cmd/brewlet as this test binary built it: once per process, in an instance that
+// lives as long as the process (tests only run it).
+var cli struct {
+	sync.Mutex
+	bin string
+}
+
+// buildCLI returns the brewlet CLI of this tree, built on first use.
 func buildCLI(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "brewlet")
+	cli.Lock()
+	defer cli.Unlock()
+	if cli.bin != "" {
+		return cli.bin
+	}
+	in, err := framework.NewProcessInstance("cli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(in.Dir, "brewlet")
 	if err := firsthour.BuildCLI(context.Background(), framework.RepoRoot(t), bin); err != nil {
 		t.Fatal(err)
 	}
+	cli.bin = bin
 	return bin
 }
 

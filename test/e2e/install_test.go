@@ -17,20 +17,9 @@ import (
 	"brewlet.sh/brewlet/internal/provisioner/gc"
 	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/vocab"
-	"brewlet.sh/brewlet/test/firsthour"
 	"brewlet.sh/brewlet/test/framework"
 	"brewlet.sh/brewlet/test/framework/testimage"
 )
-
-// buildRuntimes runs hack/runtimes.sh against a registry and returns NAME -> REF@digest.
-func buildRuntimes(t *testing.T, registry, which string) map[string]string {
-	t.Helper()
-	refs, err := firsthour.BuildRuntimes(context.Background(), framework.RepoRoot(t), registry, which, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return refs
-}
 
 // Installing a generation pulls by digest, extracts into the shared layer cache and flips
 // current; a rotation to the interpreter's security update (generation 2: its own packages

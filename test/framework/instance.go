@@ -58,31 +58,44 @@ var (
 // with the test and with the process-wide registry that Main drains on timeout or signal.
 func NewInstance(t TB, kind string) *Instance {
 	t.Helper()
+	in, err := newInstance(kind)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			in.dumpLogs(t)
+		}
+		if err := in.Cleanup(); err != nil {
+			t.Errorf("cleanup of %s: %v", in.Dir, err)
+		}
+	})
+	return in
+}
+
+// NewProcessInstance is an instance that outlives the test that made it: it is removed when
+// Main ends the test binary (or by the next run's sweep, when the binary was killed). For
+// what later tests of the same process reuse, such as images built once.
+func NewProcessInstance(kind string) (*Instance, error) { return newInstance(kind) }
+
+func newInstance(kind string) (*Instance, error) {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	id := hex.EncodeToString(b)
 	dir := filepath.Join(BaseDir(), kind+"-"+id)
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
-		t.Fatalf("create instance dir: %v", err)
+		return nil, fmt.Errorf("create instance dir: %w", err)
 	}
 	self, err := hostops.Record("test", os.Getpid())
 	if err != nil {
-		t.Fatalf("identify test process: %v", err)
+		return nil, fmt.Errorf("identify test process: %w", err)
 	}
 	in := &Instance{Dir: dir, ID: id, res: Resources{Owner: self}}
 	in.persist()
 	liveMu.Lock()
 	instances[in] = true
 	liveMu.Unlock()
-	t.Cleanup(func() {
-		if t.Failed() {
-			in.dumpLogs(t)
-		}
-		if err := in.Cleanup(); err != nil {
-			t.Errorf("cleanup of %s: %v", dir, err)
-		}
-	})
-	return in
+	return in, nil
 }
 
 // Update changes the persisted resources.

@@ -216,6 +216,12 @@ func (x *extractor) attributes(name string, e artifact.Entry) error {
 		}
 	}
 	for k, v := range e.XattrValues {
+		if k == artifact.SELinuxXattr {
+			// A label is the node's business, never the image's (containerd drops it from
+			// copies too); the container sees the runtime in its own context anyway, because
+			// the composed root is mounted with containerd's context= option.
+			continue
+		}
 		if err := unix.Lsetxattr(name, k, []byte(v), 0); err != nil && !errors.Is(err, unix.ENOTSUP) {
 			return fmt.Errorf("set %s on %s: %w", k, e.Path, err)
 		}

@@ -245,7 +245,8 @@ func TestExtractRefusesOverlayXattrs(t *testing.T) {
 	// Other attributes pass through; the opaque marker file still makes a directory opaque.
 	dst := filepath.Join(t.TempDir(), "layer")
 	err := Extract(bytes.NewReader(tarOf(t,
-		hdr{Name: "data", Typeflag: tar.TypeReg, Mode: 0o644, PAXRecords: map[string]string{"SCHILY.xattr.user.comment": "kept"}},
+		hdr{Name: "data", Typeflag: tar.TypeReg, Mode: 0o644, PAXRecords: map[string]string{"SCHILY.xattr.user.comment": "kept",
+			"SCHILY.xattr.security.selinux": "system_u:object_r:shadow_t:s0"}},
 		hdr{Name: "var/cache/.wh..wh..opq", Typeflag: tar.TypeReg, Mode: 0o644},
 	)), dst)
 	if err != nil {
@@ -257,6 +258,10 @@ func TestExtractRefusesOverlayXattrs(t *testing.T) {
 	}
 	if n, err := unix.Lgetxattr(filepath.Join(dst, "var/cache"), opaqueXattr, buf); err != nil || string(buf[:n]) != "y" {
 		t.Fatalf("opaque marker: %v %q", err, buf[:n])
+	}
+	// The image's own SELinux label is never applied: labels are the node's.
+	if l, err := artifact.ReadLabel(filepath.Join(dst, "data")); err != nil || l != "" {
+		t.Fatalf("security.selinux applied from the archive: %q %v", l, err)
 	}
 }
 
