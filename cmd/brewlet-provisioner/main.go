@@ -28,6 +28,7 @@ func main() {
 	flag.DurationVar(&o.Period, "period", 0, "pause between passes (default: a fifth of the authorization TTL; at most half of it)")
 	flag.StringVar(&o.ContainerdRestart, "containerd-restart", "validated", "validated: register the handler, restart containerd on change, roll back on failure; none: change nothing")
 	flag.StringVar(&o.ContainerdConfig, "containerd-config", "/etc/containerd/config.toml", "containerd's main config")
+	flag.StringVar(&o.ContainerdConfigTemplate, "containerd-config-template", "auto", "the template a distribution renders containerd's config from (k3s, RKE2): auto (found beside a k3s or RKE2 config), a path, or none")
 	flag.StringVar(&o.ContainerdBinary, "containerd-binary", "containerd", "containerd binary, for 'config dump'")
 	flag.StringVar(&o.HostRoot, "host-root", "", "the node's root filesystem mounted into the agent (the chart's /host): containerd's binary and the restart command run chrooted into it (empty: in the agent's own filesystem)")
 	flag.StringVar(&o.ContainerdSocket, "containerd-socket", "/run/containerd/containerd.sock", "containerd's gRPC socket (CRI health check)")
@@ -50,6 +51,9 @@ func main() {
 	})
 	flag.BoolVar(&o.InsecureRegistries, "insecure-registries", false, "allow plain HTTP to non-loopback registries")
 	flag.Parse()
+	if o.ContainerdConfigTemplate == "none" {
+		o.ContainerdConfigTemplate = ""
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := provisioner.Main(ctx, o); err != nil {

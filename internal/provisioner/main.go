@@ -39,6 +39,7 @@ type Options struct {
 	AuthTTL, Period                            time.Duration
 	ContainerdRestart                          string // validated | none
 	ContainerdConfig, ContainerdBinary         string
+	ContainerdConfigTemplate                   string // containerd.TemplateAuto, a path, or "" (none)
 	HostRoot                                   string // the node's root filesystem, for containerd's binary and the restart command
 	ContainerdSocket, ContainerdRestartCommand string
 	ShimSource, ShimDir                        string
@@ -137,7 +138,7 @@ func Main(ctx context.Context, o Options) error {
 // containerd is how the agent edits, checks and restarts the node's containerd.
 func (o Options) containerd() *containerd.Handler {
 	host := containerd.HostExec{Root: o.HostRoot}
-	return &containerd.Handler{ConfigPath: o.ContainerdConfig, Binary: o.ContainerdBinary, Host: host,
+	return &containerd.Handler{ConfigPath: o.ContainerdConfig, Template: o.ContainerdConfigTemplate, Binary: o.ContainerdBinary, Host: host,
 		Restart: func(ctx context.Context) error {
 			cmd, err := host.Shell(ctx, o.ContainerdRestartCommand)
 			if err != nil {

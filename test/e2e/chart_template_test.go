@@ -30,6 +30,7 @@ func TestChartTemplate(t *testing.T) {
 	t.Run("node settings", chartTemplateNodeSettings)
 	t.Run("operator settings", chartTemplateOperatorSettings)
 	t.Run("no pools is refused", chartTemplateNoPools)
+	t.Run("a containerd template outside the config's directory is refused", chartTemplateTemplateOutsideConfigDir)
 	t.Run("provisioner disabled renders no node agent", chartTemplateNoProvisioner)
 	t.Run("rotation restarts off: no rights on workloads, no restarts policy", chartRestartsOff)
 	t.Run("rotation restarts in every namespace: a ClusterRole and the policy", chartRestartsEveryNamespace)

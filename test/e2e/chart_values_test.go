@@ -60,6 +60,7 @@ func chartTemplateNodeSettings(t *testing.T) {
 		"--set", "provisioner.containerd.restart=none", "--set", "provisioner.containerd.config=/etc/k8s/containerd/config.toml",
 		"--set", "provisioner.containerd.socket=/run/k8s/containerd.sock", "--set", "provisioner.containerd.shimDir=",
 		"--set", "provisioner.containerd.restartCommand=kill -HUP 1", "--set", "provisioner.containerd.runOnHost=false",
+		"--set", "provisioner.containerd.configTemplate=/etc/k8s/containerd/config-v3.toml.tmpl",
 		"--set-json", `provisioner.registry.mirrors=[{"registry":"registry.example","mirrors":["m1:5000","m2.example"]}]`,
 		"--set", "provisioner.registry.insecure=true", "--set", "provisioner.registry.credentialsSecret=pull",
 		"--set-json", `imagePullSecrets=["regcred"]`)...)
@@ -67,7 +68,8 @@ func chartTemplateNodeSettings(t *testing.T) {
 	pc := ds.Spec.Template.Spec.Containers[0]
 	for flag, v := range map[string]string{"--host-prefix": "/srv/test", "--gc-grace": "10m", "--authorization-ttl": "90s",
 		"--containerd-restart": "none", "--containerd-config": "/etc/k8s/containerd/config.toml",
-		"--containerd-socket": "/run/k8s/containerd.sock", "--containerd-restart-command": "kill -HUP 1", "--insecure-registries": ""} {
+		"--containerd-socket": "/run/k8s/containerd.sock", "--containerd-restart-command": "kill -HUP 1", "--insecure-registries": "",
+		"--containerd-config-template": "/etc/k8s/containerd/config-v3.toml.tmpl"} {
 		chartWantArg(t, pc, flag, v)
 	}
 	chartNoArg(t, pc, "--shim-dir")
@@ -146,6 +148,14 @@ func chartTemplateNoPools(t *testing.T) {
 	}
 }
 
+// A template outside the config's directory would not be in the agent's pod.
+func chartTemplateTemplateOutsideConfigDir(t *testing.T) {
+	_, out, err := chartTemplate(t, chartNS, chartPools("--set", "provisioner.containerd.configTemplate=/etc/other/config.toml.tmpl")...)
+	if err == nil || !strings.Contains(out, "must be in the directory of provisioner.containerd.config (/etc/containerd)") {
+		t.Fatalf("helm template with a template elsewhere: err %v, want the directory message\n%s", err, out)
+	}
+}
+
 func chartTemplateNoProvisioner(t *testing.T) {
 	rc := chartMustRender(t, chartNS, "--set", "provisioner.enabled=false")
 	for _, k := range [][2]string{{"DaemonSet", "brewlet-provisioner"}, {"ServiceAccount", "brewlet-provisioner"},
@@ -165,6 +175,7 @@ func chartTemplateSchema(t *testing.T) {
 		want string
 	}{
 		{chartPools("--set", "provisioner.containerd.restart=always"), "/provisioner/containerd/restart'"},
+		{chartPools("--set", "provisioner.containerd.configTemplate=config.toml.tmpl"), "/provisioner/containerd/configTemplate'"},
 		{chartPools("--set", "operator.replicass=3"), "replicass"},
 		{chartPools("--set", "operator.image.digest=sha256:abc"), "/operator/image/digest'"},
 		{chartPools("--set", "metrics.enabled=yes"), "/metrics/enabled'"},

@@ -48,11 +48,16 @@ const dropInName = "99-brewlet.toml"
 // own parser (`containerd config dump`), containerd is restarted only when the effective
 // config changed, the handler is health-checked, and any failure rolls back.
 type Handler struct {
-	ConfigPath string                          // containerd's main config
-	Binary     string                          // containerd, for `config dump`
-	Host       HostExec                        // where Binary runs (the node's root in a pod)
-	Restart    func(ctx context.Context) error // systemd in production, a hook in tests
-	Health     func(ctx context.Context) error // the brewlet handler answers through CRI
+	ConfigPath string // containerd's main config
+	// Template is the file a distribution renders ConfigPath from at every start (k3s,
+	// RKE2), TemplateAuto to find it with TemplateFor, "" where ConfigPath is containerd's
+	// own. The handler then goes into the template (template.go), unless the config imports
+	// a drop-in directory.
+	Template string
+	Binary   string                          // containerd, for `config dump`
+	Host     HostExec                        // where Binary runs (the node's root in a pod)
+	Restart  func(ctx context.Context) error // systemd in production, a hook in tests
+	Health   func(ctx context.Context) error // the brewlet handler answers through CRI
 }
 
 // Change reports what Ensure or Remove did.
@@ -77,6 +82,9 @@ func (c *Handler) Ensure(ctx context.Context) (Change, error) {
 		}
 		return c.apply(ctx, filepath.Join(dir, dropInName), body, true)
 	}
+	if t := c.templateFor(version); t != "" {
+		return c.ensureTemplate(ctx, t, handler, version)
+	}
 	runtimes, err := runtimesTable(main, version, true)
 	if err != nil {
 		return Change{}, err
@@ -98,6 +106,16 @@ func (c *Handler) Remove(ctx context.Context) (Change, error) {
 	if dir := importsDir(main); dir != "" {
 		return c.apply(ctx, filepath.Join(dir, dropInName), nil, false)
 	}
+	if t := c.templateFor(version); t != "" {
+		old, err := os.ReadFile(t)
+		if errors.Is(err, fs.ErrNotExist) || (err == nil && blockOf(old) == nil) {
+			return Change{}, nil
+		}
+		if err != nil {
+			return Change{}, err
+		}
+		return c.applyTemplate(ctx, t, withBlock(old, nil), false)
+	}
 	runtimes, err := runtimesTable(main, version, false)
 	if err != nil || runtimes == nil {
 		return Change{}, err
@@ -116,12 +134,15 @@ func (c *Handler) Remove(ctx context.Context) (Change, error) {
 // Target is the file Ensure writes: the drop-in where the main config imports a
 // directory, else the main config itself.
 func (c *Handler) Target() (string, error) {
-	main, _, err := c.readMain()
+	main, version, err := c.readMain()
 	if err != nil {
 		return "", err
 	}
 	if dir := importsDir(main); dir != "" {
 		return filepath.Join(dir, dropInName), nil
+	}
+	if t := c.templateFor(version); t != "" {
+		return t, nil
 	}
 	return c.ConfigPath, nil
 }
@@ -135,7 +156,11 @@ func (c *Handler) Restore(ctx context.Context, path string, body []byte, existed
 	} else if body == nil {
 		body = []byte{}
 	}
-	return c.apply(ctx, path, body, bytes.Contains(body, []byte(vocab.ShimRuntimeType)))
+	want := bytes.Contains(body, []byte(vocab.ShimRuntimeType))
+	if _, version, err := c.readMain(); err == nil && path == c.templateFor(version) {
+		return c.applyTemplate(ctx, path, body, want)
+	}
+	return c.apply(ctx, path, body, want)
 }
 
 // readMain reads containerd's main config and its version.
@@ -229,7 +254,7 @@ func (c *Handler) apply(ctx context.Context, path string, body []byte, want bool
 	if (body == nil && !existed) || (existed && bytes.Equal(old, body)) {
 		return Change{File: path}, nil
 	}
-	before, err := c.dump(ctx)
+	before, err := c.dump(ctx, c.ConfigPath)
 	if err != nil {
 		return Change{}, configErr("containerd rejects its current config %s, so Brewlet changes nothing: %v", c.ConfigPath, err)
 	}
@@ -249,7 +274,7 @@ func (c *Handler) apply(ctx context.Context, path string, body []byte, want bool
 	if err != nil {
 		return Change{}, err
 	}
-	after, err := c.dump(ctx)
+	after, err := c.dump(ctx, c.ConfigPath)
 	if err == nil {
 		err = onlyHandlerChanged(before, after, want)
 	}
@@ -290,8 +315,8 @@ func suffix(err error) string {
 
 // dump runs containerd's own config loader, which applies imports, migration and
 // defaults: what the daemon would run with.
-func (c *Handler) dump(ctx context.Context) (string, error) {
-	cmd, err := c.Host.Command(ctx, c.Binary, "--config", c.ConfigPath, "config", "dump")
+func (c *Handler) dump(ctx context.Context, config string) (string, error) {
+	cmd, err := c.Host.Command(ctx, c.Binary, "--config", config, "config", "dump")
 	if err != nil {
 		return "", err
 	}

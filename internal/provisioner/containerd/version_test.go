@@ -21,6 +21,9 @@ func TestParseVersion(t *testing.T) {
 		{"containerd github.com/containerd/containerd/v2 2.0.5-1 \n", "v2.0.5-1", 2, true},
 		{"containerd github.com/containerd/containerd/v2 v2.2.0+unknown\n", "v2.2.0+unknown", 2, true},
 		{"containerd github.com/containerd/containerd/v2 v3.0.0\nsecond line\n", "v3.0.0", 3, true},
+		// k3s and RKE2 build containerd from their own fork.
+		{"containerd github.com/k3s-io/containerd v2.0.5-k3s1 \n", "v2.0.5-k3s1", 2, true},
+		{"containerd github.com/k3s-io/containerd v1.7.27-k3s1 \n", "v1.7.27-k3s1", 1, false},
 	} {
 		v, err := ParseVersion([]byte(tc.out))
 		if err != nil || v.Text != tc.want || v.Major != tc.major {
