@@ -8,6 +8,10 @@ import (
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
+// AuthorizationStore is the node-local authorization of each runtime ID: written by the
+// agent, read by the shim. Its methods are promoted to Layout.
+type AuthorizationStore struct{ Roots }
+
 // Authorization is the node-local permission to start containers on one runtime ID. The
 // provisioner renews it only after confirming with the API server that the RuntimeImage is
 // approved with this epoch and a NodeProfile offers the ID on this node.
@@ -26,7 +30,7 @@ type Authorization struct {
 }
 
 // WriteAuthorization replaces the authorization of a runtime ID atomically.
-func (l Layout) WriteAuthorization(a Authorization) error {
+func (l AuthorizationStore) WriteAuthorization(a Authorization) error {
 	if err := checkID(a.ID); err != nil {
 		return err
 	}
@@ -35,7 +39,7 @@ func (l Layout) WriteAuthorization(a Authorization) error {
 
 // ReadAuthorization returns the authorization of a runtime ID; a missing one is
 // RuntimeImageNotInstalled.
-func (l Layout) ReadAuthorization(id string) (Authorization, error) {
+func (l AuthorizationStore) ReadAuthorization(id string) (Authorization, error) {
 	var a Authorization
 	if err := checkID(id); err != nil {
 		return a, err

@@ -9,24 +9,28 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// CacheLock is the lock between layer-cache writers (installs) and garbage collection. Its
+// methods are promoted to Layout.
+type CacheLock struct{ Roots }
+
 // LayerCacheLock is held shared by every install (from the first look at the cache, which
 // decides what to reuse, to the generation's metadata write that makes the reuse visible)
 // and exclusive by garbage collection: a layer an install is about to reuse can never be
 // collected under it, and GC never sees a generation half written. It is a flock, so it
 // holds between the goroutines of one agent and between the old and new agent of a
 // rolling update alike.
-func (l Layout) LayerCacheLock() string { return filepath.Join(l.State, ".layers.lock") }
+func (l CacheLock) LayerCacheLock() string { return filepath.Join(l.State, ".layers.lock") }
 
 // LockLayerCache takes the layer cache lock (exclusive for GC, shared for installs) and
 // returns its release. It waits until ctx ends or LayerCacheLockWait has passed (then a
 // NodeNotReady refusal naming the lock file); with wait false it fails at once with
 // ErrLayerCacheBusy when the lock is taken (GC skips a pass rather than queue behind an
 // install). The lock file is judged like every Brewlet lock (locks.go).
-func (l Layout) LockLayerCache(ctx context.Context, exclusive, wait bool) (func(), error) {
+func (l CacheLock) LockLayerCache(ctx context.Context, exclusive, wait bool) (func(), error) {
 	return l.lockLayerCache(ctx, exclusive, wait, LayerCacheLockWait)
 }
 
-func (l Layout) lockLayerCache(ctx context.Context, exclusive, wait bool, bound time.Duration) (func(), error) {
+func (l CacheLock) lockLayerCache(ctx context.Context, exclusive, wait bool, bound time.Duration) (func(), error) {
 	how := unix.LOCK_SH
 	if exclusive {
 		how = unix.LOCK_EX

@@ -8,12 +8,16 @@ import (
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
+// FenceFiles are the startup fence: closed until the agent re-validated state since boot.
+// Its methods are promoted to Layout.
+type FenceFiles struct{ Roots }
+
 // The startup fence: /run is emptied by a reboot, so "validated" missing means the agent has
 // not re-validated on-disk state against the cluster since boot (or since it closed the
 // fence on start). No container starts until it has.
 
 // CloseFence blocks new containers until OpenFence.
-func (l Layout) CloseFence() error {
+func (l FenceFiles) CloseFence() error {
 	if err := os.MkdirAll(l.Run, 0o755); err != nil {
 		return err
 	}
@@ -24,7 +28,7 @@ func (l Layout) CloseFence() error {
 }
 
 // OpenFence records that the agent re-validated on-disk state.
-func (l Layout) OpenFence() error {
+func (l FenceFiles) OpenFence() error {
 	if err := os.MkdirAll(l.Run, 0o755); err != nil {
 		return err
 	}
@@ -38,7 +42,7 @@ func (l Layout) OpenFence() error {
 }
 
 // CheckFence refuses new containers while the fence is closed or was never opened.
-func (l Layout) CheckFence() error {
+func (l FenceFiles) CheckFence() error {
 	if _, err := os.Stat(l.FenceFile()); err == nil {
 		return vocab.Errorf(vocab.ReasonNodeNotReady, "brewlet-provisioner on this node is re-validating runtimes after a start or reboot; new containers wait until it has (check its logs if this persists)")
 	}

@@ -12,6 +12,10 @@ import (
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
+// GenerationStore is the installed generations of each runtime ID and its current pointer.
+// Its methods are promoted to Layout.
+type GenerationStore struct{ Roots }
+
 // Generation is the immutable metadata of one installed generation. Its root filesystem
 // is the ordered list of cached layers (lowest first), shared with other generations.
 type Generation struct {
@@ -41,7 +45,7 @@ func (r Ref) String() string { return r.Epoch + "/" + strconv.FormatInt(r.Genera
 
 // WriteGeneration records a generation's metadata and makes its directory read-only. The
 // layers must already be in the cache.
-func (l Layout) WriteGeneration(g Generation) error {
+func (l GenerationStore) WriteGeneration(g Generation) error {
 	if err := checkID(g.ID); err != nil {
 		return err
 	}
@@ -59,7 +63,7 @@ func (l Layout) WriteGeneration(g Generation) error {
 }
 
 // ReadGeneration reads an installed generation's metadata.
-func (l Layout) ReadGeneration(id string, r Ref) (Generation, error) {
+func (l GenerationStore) ReadGeneration(id string, r Ref) (Generation, error) {
 	var g Generation
 	if err := checkID(id); err != nil {
 		return g, err
@@ -78,7 +82,7 @@ func (l Layout) ReadGeneration(id string, r Ref) (Generation, error) {
 }
 
 // SetCurrent flips the current pointer atomically (a new symlink renamed over the old).
-func (l Layout) SetCurrent(id string, r Ref) error {
+func (l GenerationStore) SetCurrent(id string, r Ref) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
@@ -95,7 +99,7 @@ func (l Layout) SetCurrent(id string, r Ref) error {
 }
 
 // Current returns the validated generation of a runtime ID.
-func (l Layout) Current(id string) (Ref, error) {
+func (l GenerationStore) Current(id string) (Ref, error) {
 	if err := checkID(id); err != nil {
 		return Ref{}, err
 	}
@@ -115,7 +119,7 @@ func (l Layout) Current(id string) (Ref, error) {
 }
 
 // RuntimeIDs lists the runtime IDs that have state on the node.
-func (l Layout) RuntimeIDs() ([]string, error) {
+func (l GenerationStore) RuntimeIDs() ([]string, error) {
 	ents, err := os.ReadDir(l.Runtimes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -130,7 +134,7 @@ func (l Layout) RuntimeIDs() ([]string, error) {
 }
 
 // Generations lists the installed generations of a runtime ID, of every epoch.
-func (l Layout) Generations(id string) ([]Ref, error) {
+func (l GenerationStore) Generations(id string) ([]Ref, error) {
 	epochs, err := os.ReadDir(l.RuntimeDir(id))
 	if err != nil {
 		return nil, err

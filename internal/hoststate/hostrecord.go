@@ -10,6 +10,10 @@ import (
 	"path/filepath"
 )
 
+// HostRecordStore is the record of Brewlet's changes to the host outside its own
+// directories. Its methods are promoted to Layout.
+type HostRecordStore struct{ Roots }
+
 // maxHostRecord bounds the host record: it holds containerd's original config, a few KB.
 const maxHostRecord = 4 << 20
 
@@ -40,11 +44,13 @@ type FileChange struct {
 }
 
 // HostRecordFile is where the record lives.
-func (l Layout) HostRecordFile() string { return filepath.Join(l.State, "host", "changes.json") }
+func (l HostRecordStore) HostRecordFile() string {
+	return filepath.Join(l.State, "host", "changes.json")
+}
 
 // ReadHostRecord reads the record; a missing one is empty. An unreadable one is an error:
 // the caller must not assume the host is untouched.
-func (l Layout) ReadHostRecord() (HostRecord, error) {
+func (l HostRecordStore) ReadHostRecord() (HostRecord, error) {
 	var r HostRecord
 	f, err := os.Open(l.HostRecordFile())
 	if errors.Is(err, fs.ErrNotExist) {
@@ -68,7 +74,7 @@ func (l Layout) ReadHostRecord() (HostRecord, error) {
 }
 
 // WriteHostRecord replaces the record atomically; an empty record removes the file.
-func (l Layout) WriteHostRecord(r HostRecord) error {
+func (l HostRecordStore) WriteHostRecord(r HostRecord) error {
 	if r.Empty() {
 		err := os.Remove(l.HostRecordFile())
 		if errors.Is(err, fs.ErrNotExist) {
@@ -90,7 +96,7 @@ func (l Layout) WriteHostRecord(r HostRecord) error {
 // roots themselves stay: they may be mount points). Only for a node that holds nothing of
 // Brewlet's any more: no generation, no lease, no host change; the revoked-authorization
 // markers go with the rest (without one, the shim refuses the ID just the same).
-func (l Layout) RemoveState() error {
+func (l HostRecordStore) RemoveState() error {
 	var errs []error
 	for _, root := range []string{l.Runtimes, l.State} {
 		ents, err := os.ReadDir(root)

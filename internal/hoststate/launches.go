@@ -13,6 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// LaunchCounters are the shim's launch counters and durations, read by the agent's
+// metrics. Its methods are promoted to Layout.
+type LaunchCounters struct{ Roots }
+
 // MaxPendingLaunchDurations bounds the duration records waiting for the agent: a node
 // whose agent is down keeps at most this many (later launches are not timed, only counted).
 const MaxPendingLaunchDurations = 1024
@@ -22,16 +26,20 @@ const maxDurationRecord = 32
 
 // LaunchDurationsDir holds one small file per timed launch until the agent folds it into
 // its histogram.
-func (l Layout) LaunchDurationsDir() string { return filepath.Join(l.LaunchesDir(), "durations") }
+func (l LaunchCounters) LaunchDurationsDir() string {
+	return filepath.Join(l.LaunchesDir(), "durations")
+}
 
 // EnableLaunchDurations makes the directory shims leave durations in: the agent calls it
 // when it exports them, so a node without metrics costs each start one failed open.
-func (l Layout) EnableLaunchDurations() error { return os.MkdirAll(l.LaunchDurationsDir(), 0o755) }
+func (l LaunchCounters) EnableLaunchDurations() error {
+	return os.MkdirAll(l.LaunchDurationsDir(), 0o755)
+}
 
 // RecordLaunchDuration leaves one start's duration for the agent to export, if it asked
 // (EnableLaunchDurations). Like CountLaunch it never fails a launch; past
 // MaxPendingLaunchDurations it records nothing.
-func (l Layout) RecordLaunchDuration(d time.Duration) {
+func (l LaunchCounters) RecordLaunchDuration(d time.Duration) {
 	dir := l.LaunchDurationsDir()
 	f, err := os.Open(dir)
 	if err != nil {
@@ -56,7 +64,7 @@ func (l Layout) RecordLaunchDuration(d time.Duration) {
 // TakeLaunchDurations reads and removes the pending duration records, at most
 // MaxPendingLaunchDurations per call. A record that does not hold one plausible duration
 // (0 to an hour) is removed and skipped.
-func (l Layout) TakeLaunchDurations() []time.Duration {
+func (l LaunchCounters) TakeLaunchDurations() []time.Duration {
 	f, err := os.Open(l.LaunchDurationsDir())
 	if err != nil {
 		return nil
@@ -112,7 +120,7 @@ func ParseDurationRecord(b []byte) (time.Duration, bool) {
 
 // CountLaunch records one container start attempt by outcome ("started" or "refused") and
 // reason ("" for started). Counting never fails a launch.
-func (l Layout) CountLaunch(outcome, reason string) {
+func (l LaunchCounters) CountLaunch(outcome, reason string) {
 	if reason == "" {
 		reason = "none"
 	}
@@ -132,7 +140,7 @@ type Launch struct {
 }
 
 // Launches reads the launch counters.
-func (l Layout) Launches() ([]Launch, error) {
+func (l LaunchCounters) Launches() ([]Launch, error) {
 	ents, err := os.ReadDir(l.LaunchesDir())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil

@@ -13,6 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// LeaseStore is the per-container leases on generations, taken by the shim under the
+// runtime lock. Its methods are promoted to Layout.
+type LeaseStore struct{ Roots }
+
 // Lease records that a container uses a generation; garbage collection keeps every leased
 // generation and its layers.
 type Lease struct {
@@ -31,7 +35,7 @@ type Lease struct {
 // exclusive for garbage collection, so GC never removes a generation between the shim
 // reading current and writing its lease. The lock file is judged first (locks.go) and the
 // wait ends after RuntimeLockWait.
-func (l Layout) withLock(id string, how int, fn func() error) error {
+func (l LeaseStore) withLock(id string, how int, fn func() error) error {
 	release, err := lock(context.Background(), l.LockFile(id), 0o755, how, RuntimeLockWait)
 	if err != nil {
 		return err
@@ -42,7 +46,7 @@ func (l Layout) withLock(id string, how int, fn func() error) error {
 
 // LeaseCurrent resolves the current generation of lease.ID and records the lease, atomically
 // with respect to garbage collection. It returns the leased generation's metadata.
-func (l Layout) LeaseCurrent(lease Lease) (Generation, error) {
+func (l LeaseStore) LeaseCurrent(lease Lease) (Generation, error) {
 	var g Generation
 	if err := checkID(lease.ID); err != nil {
 		return g, err
@@ -51,11 +55,11 @@ func (l Layout) LeaseCurrent(lease Lease) (Generation, error) {
 		return g, err
 	}
 	err := l.withLock(lease.ID, unix.LOCK_SH, func() error {
-		r, err := l.Current(lease.ID)
+		r, err := l.layout().Current(lease.ID)
 		if err != nil {
 			return err
 		}
-		if g, err = l.ReadGeneration(lease.ID, r); err != nil {
+		if g, err = l.layout().ReadGeneration(lease.ID, r); err != nil {
 			return err
 		}
 		lease.Epoch, lease.Generation = r.Epoch, r.Generation
@@ -68,7 +72,7 @@ func (l Layout) LeaseCurrent(lease Lease) (Generation, error) {
 }
 
 // ReleaseLease removes a container's lease; a missing lease is not an error.
-func (l Layout) ReleaseLease(containerID string) error {
+func (l LeaseStore) ReleaseLease(containerID string) error {
 	if err := checkContainerID(containerID); err != nil {
 		return err
 	}
@@ -83,7 +87,7 @@ func (l Layout) ReleaseLease(containerID string) error {
 // garbage collection must keep everything when it cannot account for a lease. With the
 // error come the leases that were readable (the node report keeps them). A lease removed
 // between listing and reading (its container was released meanwhile) is simply gone.
-func (l Layout) Leases() ([]Lease, error) {
+func (l LeaseStore) Leases() ([]Lease, error) {
 	dir := filepath.Join(l.State, "leases")
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -116,7 +120,7 @@ func (l Layout) Leases() ([]Lease, error) {
 // collection. It removes the lease only if the file still is the one the caller decided
 // on (same container, ID and creation time), and the container's exec state with it, as
 // the shim's own release does. It reports whether it removed the lease.
-func (l Layout) ReleaseStaleLease(seen Lease) (bool, error) {
+func (l LeaseStore) ReleaseStaleLease(seen Lease) (bool, error) {
 	if err := checkContainerID(seen.ContainerID); err != nil {
 		return false, err
 	}
@@ -153,7 +157,7 @@ func (l Layout) ReleaseStaleLease(seen Lease) (bool, error) {
 
 // CollectUnder runs fn with the exclusive lock of a runtime ID, after which no shim can
 // lease a generation fn removes.
-func (l Layout) CollectUnder(id string, fn func() error) error {
+func (l LeaseStore) CollectUnder(id string, fn func() error) error {
 	if err := checkID(id); err != nil {
 		return err
 	}

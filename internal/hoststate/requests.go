@@ -7,13 +7,17 @@ import (
 	"path/filepath"
 )
 
+// InstallRequests are the shim's requests for OnDemand installs, served by the agent. Its
+// methods are promoted to Layout.
+type InstallRequests struct{ Roots }
+
 // Install requests: the shim asks for an OnDemand runtime by creating a file named after
 // the ID; the agent installs it and removes the request.
 
-func (l Layout) requestsDir() string { return filepath.Join(l.State, "requests") }
+func (l InstallRequests) requestsDir() string { return filepath.Join(l.State, "requests") }
 
 // RequestInstall records that a container waits for an OnDemand runtime.
-func (l Layout) RequestInstall(id string) error {
+func (l InstallRequests) RequestInstall(id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
@@ -24,19 +28,19 @@ func (l Layout) RequestInstall(id string) error {
 }
 
 // InstallRequested reports whether a container asked for id.
-func (l Layout) InstallRequested(id string) bool {
+func (l InstallRequests) InstallRequested(id string) bool {
 	_, err := os.Stat(filepath.Join(l.requestsDir(), id))
 	return err == nil
 }
 
 // PendingRequests reports whether any request waits.
-func (l Layout) PendingRequests() bool {
+func (l InstallRequests) PendingRequests() bool {
 	ents, err := os.ReadDir(l.requestsDir())
 	return err == nil && len(ents) > 0
 }
 
 // ClearRequest removes the request for id.
-func (l Layout) ClearRequest(id string) {
+func (l InstallRequests) ClearRequest(id string) {
 	if err := os.Remove(filepath.Join(l.requestsDir(), id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return
 	}
@@ -44,7 +48,7 @@ func (l Layout) ClearRequest(id string) {
 
 // Requests lists the IDs containers are waiting for (files that are not valid IDs are
 // ignored: the shim only writes valid ones).
-func (l Layout) Requests() []string {
+func (l InstallRequests) Requests() []string {
 	ents, err := os.ReadDir(l.requestsDir())
 	if err != nil {
 		return nil

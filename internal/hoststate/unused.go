@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// UnusedStore is garbage collection's record of what has been unused since when. Its
+// methods are promoted to Layout.
+type UnusedStore struct{ Roots }
+
 // Unused records since when garbage collection has seen each generation ("id/epoch/gen")
 // and each cached layer (diff ID hex) unused. The grace period counts from these times, not
 // from a directory's modification time: an install, a copy or a rewritten authorization
@@ -17,10 +21,10 @@ type Unused struct {
 }
 
 // UnusedFile is garbage collection's record of unused-since times (agent only).
-func (l Layout) UnusedFile() string { return filepath.Join(l.State, "gc", "unused.json") }
+func (l UnusedStore) UnusedFile() string { return filepath.Join(l.State, "gc", "unused.json") }
 
 // ReadUnused returns the recorded unused-since times; none recorded yet is empty.
-func (l Layout) ReadUnused() (Unused, error) {
+func (l UnusedStore) ReadUnused() (Unused, error) {
 	var u Unused
 	err := readJSON(l.UnusedFile(), &u)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -30,4 +34,4 @@ func (l Layout) ReadUnused() (Unused, error) {
 }
 
 // WriteUnused replaces the record atomically.
-func (l Layout) WriteUnused(u Unused) error { return writeJSON(l.UnusedFile(), u) }
+func (l UnusedStore) WriteUnused(u Unused) error { return writeJSON(l.UnusedFile(), u) }

@@ -22,6 +22,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/framework/nodeconfig"
 	"brewlet.sh/brewlet/test/framework/testimage"
 )
 
@@ -68,7 +69,7 @@ type NodeOptions struct {
 	Containerd string
 	// BaseConfig starts the node's config from `containerd config default` of another
 	// version's daemon (a node upgraded in place keeps its old config), instead of the
-	// harness's own config (containerdbase.go).
+	// harness's own config (nodeconfig).
 	BaseConfig string
 	// DefaultConfig starts the config from the daemon's own default (BaseConfig empty).
 	DefaultConfig bool
@@ -266,13 +267,16 @@ func (n *Node) startContainerd(t TB) error {
 	}
 	var cfg []byte
 	var err error
+	nc := nodeconfig.Node{Dir: n.Dir, Socket: n.Socket, HostPrefix: n.HostPrefix, PauseImage: n.PauseImage, DevRoot: n.DevRoot(),
+		Runc: Tool(t, "runc"), ToolsBin: ToolsBin(), Daemon: n.containerdTool(), Version: n.opts.Containerd,
+		ShimEnv: n.opts.ShimEnv, WithoutBrewletHandler: n.opts.WithoutBrewletHandler, ImportsDir: n.ImportsDir}
 	switch {
 	case n.opts.BaseConfig != "":
-		cfg, err = defaultBasedConfig(n, ContainerdTool(n.opts.BaseConfig), Tool(t, "runc"))
+		cfg, n.ImportsDir, err = nodeconfig.FromDefault(nc, ContainerdTool(n.opts.BaseConfig))
 	case n.opts.DefaultConfig:
-		cfg, err = defaultBasedConfig(n, n.containerdTool(), Tool(t, "runc"))
+		cfg, n.ImportsDir, err = nodeconfig.FromDefault(nc, n.containerdTool())
 	default:
-		cfg, err = containerdConfig(n, Tool(t, "runc"))
+		cfg, err = nodeconfig.Harness(nc)
 	}
 	if err != nil {
 		return err
@@ -298,10 +302,14 @@ func (n *Node) ContainerdBinary() string { return filepath.Join(ToolsBin(), n.co
 
 func (n *Node) containerdTool() string { return ContainerdTool(n.opts.Containerd) }
 
+// ContainerdTool is the tools-cache name of a containerd daemon by CONTAINERD_MATRIX
+// version: "" is the pinned one. Nodes of other lines are described in nodeconfig.
+func ContainerdTool(version string) string { return nodeconfig.Tool(version) }
+
 func (n *Node) runContainerd() error {
 	env := []string{"PATH=" + n.BinDir + ":" + ToolsBin() + ":" + os.Getenv("PATH")}
 	args := []string{n.ContainerdBinary(), "--config", n.ConfigPath}
-	if !shimAPI23(n.containerdTool()) {
+	if !nodeconfig.ShimAPI23(n.containerdTool()) {
 		// Shim sockets would go to the machine's /run/containerd/s: this daemon, its shims
 		// and runc get a /run of their own, the node's directory bound over /run in a mount
 		// namespace that receives the node's mounts and sends none back. The directory
@@ -451,3 +459,7 @@ func freeSubnet() (string, error) {
 	}
 	return "", fmt.Errorf("no free /24 in 10.200.0.0/13")
 }
+
+// DevRoot is the device tree this node's shims scan for groups that own device nodes
+// (the node's /dev in production). Tests create device nodes in it; it starts empty.
+func (n *Node) DevRoot() string { return filepath.Join(n.Dir, "dev") }

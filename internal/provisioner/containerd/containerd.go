@@ -258,20 +258,8 @@ func (c *Handler) apply(ctx context.Context, path string, body []byte, want bool
 	if err != nil {
 		return Change{}, configErr("containerd rejects its current config %s, so Brewlet changes nothing: %v", c.ConfigPath, err)
 	}
-	// The file keeps the mode and owner it had (ReplaceFile): a config an administrator
-	// made 0600 stays 0600, before and after a rollback.
-	restore := func() error {
-		if existed {
-			return hoststate.ReplaceFile(path, old, 0o644)
-		}
-		return os.Remove(path)
-	}
-	if body == nil {
-		err = os.Remove(path)
-	} else {
-		err = hoststate.ReplaceFile(path, body, 0o644)
-	}
-	if err != nil {
+	restore := restorer(path, old, existed)
+	if err := replaceOrRemove(path, body); err != nil {
 		return Change{}, err
 	}
 	after, err := c.dump(ctx, c.ConfigPath)
@@ -296,6 +284,26 @@ func (c *Handler) apply(ctx context.Context, path string, body []byte, want bool
 		}
 	}
 	return ch, nil
+}
+
+// replaceOrRemove makes path hold body (nil: removes it). The file keeps the mode and
+// owner it had (ReplaceFile): a config an administrator made 0600 stays 0600, before and
+// after a rollback.
+func replaceOrRemove(path string, body []byte) error {
+	if body == nil {
+		return os.Remove(path)
+	}
+	return hoststate.ReplaceFile(path, body, 0o644)
+}
+
+// restorer puts path back as it was (old, or absent).
+func restorer(path string, old []byte, existed bool) func() error {
+	if !existed {
+		old = nil
+	} else if old == nil {
+		old = []byte{}
+	}
+	return func() error { return replaceOrRemove(path, old) }
 }
 
 func (c *Handler) rollback(ctx context.Context, restore func() error, cause error) error {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 
-	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -181,19 +180,9 @@ func (c *Handler) applyTemplate(ctx context.Context, path string, body []byte, w
 	if err != nil {
 		return Change{}, configErr("containerd's own parser did not accept %s with the brewlet handler block of %s (%v); nothing changed", c.ConfigPath, path, err)
 	}
-	restore := func() error {
-		if existed {
-			return hoststate.ReplaceFile(path, old, 0o644)
-		}
-		return os.Remove(path)
-	}
+	restore := restorer(path, old, existed)
 	if !unchanged {
-		if body == nil {
-			err = os.Remove(path)
-		} else {
-			err = hoststate.ReplaceFile(path, body, 0o644)
-		}
-		if err != nil {
+		if err := replaceOrRemove(path, body); err != nil {
 			return Change{}, err
 		}
 	}

@@ -1,4 +1,7 @@
-package framework
+// Package nodeconfig renders the containerd configs of harness nodes: the harness's own,
+// which touches no default path, and one laid over any containerd line's `config default`
+// (the containerd matrix).
+package nodeconfig
 
 import (
 	"fmt"
@@ -13,6 +16,88 @@ import (
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
+// Node is what a config needs to know of its node.
+type Node struct {
+	Dir, Socket, HostPrefix, PauseImage, DevRoot string
+
+	Runc     string   // the runc binary
+	ToolsBin string   // the tools cache's bin directory
+	Daemon   string   // the daemon's tool name (Tool)
+	Version  string   // its CONTAINERD_MATRIX version ("" the pinned one)
+	ShimEnv  []string // more environment for shims
+	// WithoutBrewletHandler leaves the brewlet handler out.
+	WithoutBrewletHandler bool
+	// ImportsDir is the drop-in directory the harness's config imports ("" none).
+	ImportsDir string
+}
+
+func (n Node) shimEnv() []string {
+	return append([]string{vocab.EnvHostPrefix + "=" + n.HostPrefix, vocab.EnvOnDemandWait + "=20s", vocab.EnvDevRoot + "=" + n.DevRoot}, n.ShimEnv...)
+}
+
+// Harness renders a containerd config that touches no default path: its own
+// root, state, sockets, shim socket directory, runc root, CNI and registry configuration,
+// and no NRI socket.
+func Harness(n Node) ([]byte, error) {
+	runcRoot := filepath.Join(n.Dir, "runc")
+	handler := func(runtimeType string, podAnnotations []string) map[string]any {
+		h := map[string]any{
+			"runtime_type": runtimeType,
+			"options":      map[string]any{"BinaryName": n.Runc, "Root": runcRoot},
+		}
+		if podAnnotations != nil {
+			h["pod_annotations"] = podAnnotations
+		}
+		return h
+	}
+	runtimes := map[string]any{"runc": handler("io.containerd.runc.v2", nil)}
+	if !n.WithoutBrewletHandler {
+		runtimes[vocab.RuntimeClassName] = handler(vocab.ShimRuntimeType, []string{vocab.PodAnnotationPassthrough})
+	}
+	imports := []string{}
+	if n.ImportsDir != "" {
+		imports = append(imports, n.ImportsDir+"/*.toml")
+	}
+	cfg := map[string]any{
+		"version": 3,
+		"root":    filepath.Join(n.Dir, "root"),
+		"state":   filepath.Join(n.Dir, "state"),
+		"imports": imports,
+		"grpc":    map[string]any{"address": n.Socket},
+		"ttrpc":   map[string]any{"address": n.Socket + ".ttrpc"},
+		"plugins": map[string]any{
+			"io.containerd.shim.v1.manager": map[string]any{
+				"socket_dir": filepath.Join(n.Dir, "s"),
+				// The shim finds the node's Brewlet state under the instance directory, and
+				// scans a device tree the test controls for device-owning groups.
+				"env": n.shimEnv(),
+			},
+			"io.containerd.nri.v1.nri":      map[string]any{"disable": true},
+			"io.containerd.internal.v1.opt": map[string]any{"path": filepath.Join(n.Dir, "opt")},
+			"io.containerd.cri.v1.images": map[string]any{
+				"snapshotter":   "overlayfs",
+				"pinned_images": map[string]any{"sandbox": n.PauseImage},
+				"registry":      map[string]any{"config_path": filepath.Join(n.Dir, "certs.d")},
+			},
+			"io.containerd.cri.v1.runtime": map[string]any{
+				// No CAP_SYS_RESOURCE on this machine type: runc cannot set the pause
+				// container's negative oom_score_adj.
+				"restrict_oom_score_adj":       true,
+				"netns_mounts_under_state_dir": true,
+				"containerd": map[string]any{
+					"default_runtime_name": "runc",
+					"runtimes":             runtimes,
+				},
+				"cni": map[string]any{
+					"bin_dirs": []string{"/usr/lib/cni"},
+					"conf_dir": filepath.Join(n.Dir, "cni"),
+				},
+			},
+		},
+	}
+	return toml.Marshal(cfg)
+}
+
 // A node of the containerd matrix runs another containerd line's daemon, built by
 // hack/tools.sh from CONTAINERD_MATRIX as containerd-<version>, and may start from that
 // daemon's own `containerd config default` (or an older line's, as a node upgraded in place
@@ -21,8 +106,8 @@ import (
 // daemon would share with the machine (root, state, sockets, CNI, CDI, NRI, opt), the
 // sandbox image, the registry hosts and the runc binary.
 
-// ContainerdTool is the tools-cache name of a containerd daemon: "" is the pinned one.
-func ContainerdTool(version string) string {
+// Tool is the tools-cache name of a containerd daemon: "" is the pinned one.
+func Tool(version string) string {
 	if version == "" {
 		return "containerd"
 	}
@@ -42,24 +127,25 @@ func lineOf(tool string) (int, int) {
 	return major, minor
 }
 
-// shimAPI23: containerd 2.3 changed how shims are started (bootstrap parameters on stdin)
+// ShimAPI23: containerd 2.3 changed how shims are started (bootstrap parameters on stdin)
 // and made their socket directory configurable. Older daemons put shim sockets in
 // /run/containerd/s, so the harness gives them a /run of their own (runContainerd), and
 // need a runc shim of their own line.
-func shimAPI23(tool string) bool {
+func ShimAPI23(tool string) bool {
 	major, minor := lineOf(tool)
 	return major > 2 || major == 2 && minor >= 3
 }
 
-// defaultBasedConfig renders the node's config from `<base> config default`.
-func defaultBasedConfig(n *Node, base, runc string) ([]byte, error) {
-	out, err := exec.Command(filepath.Join(ToolsBin(), base), "config", "default").Output()
+// FromDefault renders the node's config from `<base> config default`, and the drop-in
+// directory it made where the default imports one.
+func FromDefault(n Node, base string) ([]byte, string, error) {
+	out, err := exec.Command(filepath.Join(n.ToolsBin, base), "config", "default").Output()
 	if err != nil {
-		return nil, fmt.Errorf("%s config default: %v", base, err)
+		return nil, "", fmt.Errorf("%s config default: %v", base, err)
 	}
 	var cfg map[string]any
 	if err := toml.Unmarshal(out, &cfg); err != nil {
-		return nil, fmt.Errorf("%s config default is not TOML: %v", base, err)
+		return nil, "", fmt.Errorf("%s config default is not TOML: %v", base, err)
 	}
 	version, _ := cfg["version"].(int64)
 	set := func(value any, path ...string) {
@@ -78,11 +164,12 @@ func defaultBasedConfig(n *Node, base, runc string) ([]byte, error) {
 	set(filepath.Join(n.Dir, "state"), "state")
 	// A default that imports a drop-in directory gets one of the node's own.
 	if imports, _ := cfg["imports"].([]any); len(imports) > 0 {
-		n.ImportsDir = filepath.Join(n.Dir, "conf.d")
-		if err := os.MkdirAll(n.ImportsDir, 0o755); err != nil {
-			return nil, err
+		imports := filepath.Join(n.Dir, "conf.d")
+		if err := os.MkdirAll(imports, 0o755); err != nil {
+			return nil, "", err
 		}
-		cfg["imports"] = []string{n.ImportsDir + "/*.toml"}
+		n.ImportsDir = imports
+		cfg["imports"] = []string{imports + "/*.toml"}
 	}
 	if version >= 4 {
 		set(n.Socket, "plugins", "io.containerd.server.v1.grpc", "address")
@@ -91,9 +178,8 @@ func defaultBasedConfig(n *Node, base, runc string) ([]byte, error) {
 		set(n.Socket, "grpc", "address")
 		set(n.Socket+".ttrpc", "ttrpc", "address")
 	}
-	env := append([]string{vocab.EnvHostPrefix + "=" + n.HostPrefix, vocab.EnvOnDemandWait + "=20s", vocab.EnvDevRoot + "=" + n.DevRoot()}, n.opts.ShimEnv...)
-	set(env, "plugins", "io.containerd.shim.v1.manager", "env")
-	if shimAPI23(n.containerdTool()) {
+	set(n.shimEnv(), "plugins", "io.containerd.shim.v1.manager", "env")
+	if ShimAPI23(n.Daemon) {
 		set(filepath.Join(n.Dir, "s"), "plugins", "io.containerd.shim.v1.manager", "socket_dir")
 	}
 	set(true, "plugins", "io.containerd.nri.v1.nri", "disable")
@@ -125,24 +211,25 @@ func defaultBasedConfig(n *Node, base, runc string) ([]byte, error) {
 		set("/usr/lib/cni", append(cri, "cni", "bin_dir")...)
 	}
 	set(filepath.Join(n.Dir, "cni"), append(cri, "cni", "conf_dir")...)
-	// No CAP_SYS_RESOURCE on this machine type (see containerdConfig).
+	// No CAP_SYS_RESOURCE on this machine type (see Harness).
 	set(true, append(cri, "restrict_oom_score_adj")...)
 	set(true, append(cri, "netns_mounts_under_state_dir")...)
 	set(cdi, append(cri, "cdi_spec_dirs")...)
 	set("runc", append(cri, "containerd", "default_runtime_name")...)
 	runtimes := append(cri, "containerd", "runtimes")
 	set("io.containerd.runc.v2", append(runtimes, "runc", "runtime_type")...)
-	set(runc, append(runtimes, "runc", "options", "BinaryName")...)
+	set(n.Runc, append(runtimes, "runc", "options", "BinaryName")...)
 	set(filepath.Join(n.Dir, "runc"), append(runtimes, "runc", "options", "Root")...)
-	if !shimAPI23(n.containerdTool()) {
+	if !ShimAPI23(n.Daemon) {
 		// The pinned runc shim speaks only 2.3's start protocol; older daemons get their own.
-		set(filepath.Join(ToolsBin(), "containerd-shim-runc-v2-"+n.opts.Containerd), append(runtimes, "runc", "runtime_path")...)
+		set(filepath.Join(n.ToolsBin, "containerd-shim-runc-v2-"+n.Version), append(runtimes, "runc", "runtime_path")...)
 	}
-	if !n.opts.WithoutBrewletHandler {
+	if !n.WithoutBrewletHandler {
 		set(map[string]any{"runtime_type": vocab.ShimRuntimeType, "pod_annotations": []string{vocab.PodAnnotationPassthrough},
-			"options": map[string]any{"BinaryName": runc, "Root": filepath.Join(n.Dir, "runc")}}, append(runtimes, vocab.RuntimeClassName)...)
+			"options": map[string]any{"BinaryName": n.Runc, "Root": filepath.Join(n.Dir, "runc")}}, append(runtimes, vocab.RuntimeClassName)...)
 	}
-	return toml.Marshal(cfg)
+	out, err = toml.Marshal(cfg)
+	return out, n.ImportsDir, err
 }
 
 func tableAt(cfg map[string]any, path ...string) map[string]any {
