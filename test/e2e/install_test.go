@@ -241,19 +241,7 @@ func pushRuntime(t *testing.T, ref string, entries []testimage.TarEntry, env []s
 func TestInstallWithRegistryCredentials(t *testing.T) {
 	framework.RequireRoot(t)
 	reg := framework.StartRegistryWith(t, "puller", "s3cret-pass")
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		t.Fatal(err)
-	}
-	layer, err := testimage.LayerTar([]testimage.TarEntry{{Name: "bin/", Mode: 0o755, Typeflag: '5'}, {Name: "bin/busybox", Mode: 0o755, Body: bb}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := testimage.Image(v1.Config{}, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := testimage.Push(img, reg.Addr+"/runtimes/private:1", remote.WithAuth(&authn.Basic{Username: "puller", Password: "s3cret-pass"}))
+	ref, err := testimage.Push(shellImage(t), reg.Addr+"/runtimes/private:1", remote.WithAuth(&authn.Basic{Username: "puller", Password: "s3cret-pass"}))
 	if err != nil {
 		t.Fatalf("push with credentials: %v", err)
 	}

@@ -1,7 +1,6 @@
 package framework
 
 import (
-	"bufio"
 	"context"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -368,20 +367,8 @@ func NodeReady(ctx context.Context, c client.Reader, name string) error {
 
 // containingMount returns the mount point of the mount that holds path.
 func containingMount(path string) (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = f.Close() }()
 	best := ""
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := hostops.UnescapeMount(fields[4])
+	for _, mp := range hostops.MountPoints() {
 		if (mp == "/" || path == mp || strings.HasPrefix(path, mp+"/")) && len(mp) > len(best) {
 			best = mp
 		}
@@ -389,7 +376,7 @@ func containingMount(path string) (string, error) {
 	if best == "" {
 		return "", fmt.Errorf("no mount holds %s", path)
 	}
-	return best, sc.Err()
+	return best, nil
 }
 
 func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

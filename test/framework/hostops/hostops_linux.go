@@ -187,6 +187,18 @@ func UnmountUnder(dir string) error {
 }
 
 func MountsUnder(dir string) []string {
+	var out []string
+	for _, mp := range MountPoints() {
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out
+}
+
+// MountPoints lists this process's mount points, unescaped, in mount-table order (nil
+// when the table cannot be read).
+func MountPoints() []string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil
@@ -196,13 +208,8 @@ func MountsUnder(dir string) []string {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := UnescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
+		if fields := strings.Fields(sc.Text()); len(fields) >= 5 {
+			out = append(out, UnescapeMount(fields[4]))
 		}
 	}
 	return out
