@@ -47,6 +47,12 @@ const restartNS = "apps-under-test"
 
 func startRestartWorld(t *testing.T, maxConcurrent int, deadline time.Duration, flags ...string) *restartWorld {
 	t.Helper()
+	return startRestartWorldWith(t, maxConcurrent, deadline, nil, flags...)
+}
+
+// startRestartWorldWith is startRestartWorld with more chart values for the operator's RBAC.
+func startRestartWorldWith(t *testing.T, maxConcurrent int, deadline time.Duration, chartArgs []string, flags ...string) *restartWorld {
+	t.Helper()
 	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{ControllerManager: true, Scheduler: true, Kwok: true, KwokNodes: 2})
 	w := &restartWorld{cp: cp, nodes: []string{"kwok-node-0", "kwok-node-1"}, id: "python"}
 	must(t, cp.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: restartNS}}))
@@ -56,7 +62,7 @@ func startRestartWorld(t *testing.T, maxConcurrent int, deadline time.Duration, 
 		w.heartbeat(t, n)
 	}
 	w.start = func() *runningOperator {
-		return startOperatorFlags(t, cp, []string{"--set", "operator.rotationRestarts.enabled=true"}, append([]string{"--rotation-restarts",
+		return startOperatorFlags(t, cp, append([]string{"--set", "operator.rotationRestarts.enabled=true"}, chartArgs...), append([]string{"--rotation-restarts",
 			fmt.Sprintf("--rotation-restart-max-concurrent=%d", maxConcurrent), "--rotation-restart-progress-deadline=" + deadline.String()}, flags...)...)
 	}
 	w.op = w.start()
