@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
@@ -84,18 +83,6 @@ func newPayoff(t *testing.T) *payoff {
 		t.Fatal(err)
 	}
 	return p
-}
-
-func (p *payoff) remoteImage(ref string) v1.Image {
-	r, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	img, err := remote.Image(r)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return img
 }
 
 // --- applications -----------------------------------------------------------------------

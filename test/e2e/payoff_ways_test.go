@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -218,3 +219,16 @@ func (p *payoff) brewletWay() *payWay {
 }
 
 // --- measurement -------------------------------------------------------------------------
+
+// remoteImage reads an image the bench pushed to the node's registry.
+func (p *payoff) remoteImage(ref string) v1.Image {
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	img, err := remote.Image(r)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return img
+}
