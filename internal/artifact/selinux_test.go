@@ -3,13 +3,13 @@ package artifact
 import (
 	"archive/tar"
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"brewlet.sh/brewlet/internal/testutil"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -18,12 +18,7 @@ import (
 // ext4 and tmpfs for root even where no SELinux policy is loaded, which is how these
 // layers get them.
 func TestDirSELinuxLabels(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("CI must run as root: security.* attributes need CAP_SYS_ADMIN")
-		}
-		t.Skip("security.* attributes need root")
-	}
+	testutil.RequireRoot(t, "security.* attributes need CAP_SYS_ADMIN")
 	const node = "system_u:object_r:container_ro_file_t:s0"
 	const other = "system_u:object_r:shadow_t:s0"
 	layer := func(t *testing.T, labels map[string]string) string {

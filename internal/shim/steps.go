@@ -13,24 +13,25 @@ import (
 // (the metric says that a node is slow; the log line says which step).
 const defaultSlowLaunch = time.Second
 
-// steps times the phases of one create.
+// steps times the phases of one create, in fixed arrays: nothing is allocated per create.
 type steps struct {
 	start, last time.Time
-	names       []string
-	took        []time.Duration
+	n           int
+	names       [maxSteps]string
+	took        [maxSteps]time.Duration
 }
 
-// maxSteps is the number of marks a create makes: room for all of them up front.
+// maxSteps is the number of marks a create makes; a mark beyond it is dropped.
 const maxSteps = 10
 
-func newSteps(now time.Time) *steps {
-	return &steps{start: now, last: now, names: make([]string, 0, maxSteps), took: make([]time.Duration, 0, maxSteps)}
-}
+func newSteps(now time.Time) *steps { return &steps{start: now, last: now} }
 
 // mark ends the phase called name at now.
 func (s *steps) mark(name string, now time.Time) {
-	s.names = append(s.names, name)
-	s.took = append(s.took, now.Sub(s.last))
+	if s.n < maxSteps {
+		s.names[s.n], s.took[s.n] = name, now.Sub(s.last)
+		s.n++
+	}
 	s.last = now
 }
 
@@ -40,8 +41,8 @@ func (s *steps) slowLaunch(threshold time.Duration) string {
 	if total < threshold {
 		return ""
 	}
-	parts := make([]string, len(s.names))
-	for i, n := range s.names {
+	parts := make([]string, s.n)
+	for i, n := range s.names[:s.n] {
 		parts[i] = fmt.Sprintf("%s=%s", n, s.took[i].Round(time.Microsecond))
 	}
 	return fmt.Sprintf("slow launch: %s in total (threshold %s): %s", total.Round(time.Microsecond), threshold, strings.Join(parts, " "))

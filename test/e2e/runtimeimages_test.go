@@ -66,29 +66,20 @@ func keepRuntimes(which string, refs map[string]string) error {
 		ri.sets = map[string]map[string]string{}
 	}
 	for _, ref := range refs {
-		r, err := name.ParseReference(ref, name.Insecure)
+		d, err := name.NewDigest(ref, name.Insecure)
 		if err != nil {
 			return err
 		}
-		desc, err := remote.Get(r)
+		img, err := remote.Image(d)
 		if err != nil {
-			return err
+			return fmt.Errorf("keep %s: %w", ref, err)
 		}
-		if desc.MediaType.IsIndex() {
-			idx, err := desc.ImageIndex()
-			if err == nil {
-				err = ri.store.AppendIndex(idx)
-			}
-			if err != nil {
-				return fmt.Errorf("keep %s: %w", ref, err)
-			}
-			continue
+		// hack/runtimes.sh pushes single-platform images; an index would resolve to one
+		// of its images here, under another digest.
+		if got, err := img.Digest(); err != nil || got.String() != d.DigestStr() {
+			return fmt.Errorf("keep %s: read back as %v (%v); only single images are kept", ref, got, err)
 		}
-		img, err := desc.Image()
-		if err == nil {
-			err = ri.store.AppendImage(img)
-		}
-		if err != nil {
+		if err := ri.store.AppendImage(img); err != nil {
 			return fmt.Errorf("keep %s: %w", ref, err)
 		}
 	}
@@ -117,38 +108,14 @@ func copyRuntimes(store layout.Path, set map[string]string, registry string) (ma
 		if err != nil {
 			return nil, err
 		}
-		if isIndex(idx, h) {
-			child, err := idx.ImageIndex(h)
-			if err == nil {
-				err = remote.WriteIndex(dst, child)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("copy %s: %w", ref, err)
-			}
-		} else {
-			img, err := idx.Image(h)
-			if err == nil {
-				err = remote.Write(dst, img)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("copy %s: %w", ref, err)
-			}
+		img, err := idx.Image(h)
+		if err == nil {
+			err = remote.Write(dst, img)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("copy %s: %w", ref, err)
 		}
 		out[k] = dst.String()
 	}
 	return out, nil
-}
-
-// isIndex reports whether the store keeps digest h as an image index.
-func isIndex(idx v1.ImageIndex, h v1.Hash) bool {
-	m, err := idx.IndexManifest()
-	if err != nil {
-		return false
-	}
-	for _, d := range m.Manifests {
-		if d.Digest == h {
-			return d.MediaType.IsIndex()
-		}
-	}
-	return false
 }

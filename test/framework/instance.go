@@ -58,7 +58,7 @@ var (
 // with the test and with the process-wide registry that Main drains on timeout or signal.
 func NewInstance(t TB, kind string) *Instance {
 	t.Helper()
-	in, err := newInstance(kind)
+	in, err := NewProcessInstance(kind)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
@@ -76,9 +76,7 @@ func NewInstance(t TB, kind string) *Instance {
 // NewProcessInstance is an instance that outlives the test that made it: it is removed when
 // Main ends the test binary (or by the next run's sweep, when the binary was killed). For
 // what later tests of the same process reuse, such as images built once.
-func NewProcessInstance(kind string) (*Instance, error) { return newInstance(kind) }
-
-func newInstance(kind string) (*Instance, error) {
+func NewProcessInstance(kind string) (*Instance, error) {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	id := hex.EncodeToString(b)

@@ -56,14 +56,9 @@ type Decision struct {
 // maxFailures is the rotation's failure budget (rollout.maxFailures of the profiles that
 // offer the ID, the smallest when several do); see rotation. fresh says whether a node's
 // agent is alive (its heartbeat is recent; see observeTasks), silent whether it is known to
-// have stopped (HeartbeatClock.Silent; see rotation).
-func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFailures int, fresh, silent func(node string) bool, now metav1.Time) Decision {
-	return DecideWith(ri, reports, maxFailures, fresh, silent, "", now)
-}
-
-// DecideWith is Decide under a fleet pause (fleetpause.Of; "" none), which holds the
-// rotation as spec.paused does.
-func DecideWith(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFailures int, fresh, silent func(node string) bool, fleetPause string, now metav1.Time) Decision {
+// have stopped (HeartbeatClock.Silent; see rotation). fleetPause is the pause of every
+// rotation (fleetpause.Of; "" none), which holds this one as spec.paused does.
+func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFailures int, fresh, silent func(node string) bool, fleetPause string, now metav1.Time) Decision {
 	st := *ri.Status.DeepCopy()
 	d := Decision{Holders: Holders(ri.Name, ri.UID, reports)}
 

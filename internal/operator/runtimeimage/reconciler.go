@@ -150,7 +150,7 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) (time
 	if err != nil {
 		return 0, err
 	}
-	d := DecideWith(ri, reports.Items, budget, func(node string) bool { return beats.Fresh(node, now.Time, r.staleAfter()) },
+	d := Decide(ri, reports.Items, budget, func(node string) bool { return beats.Fresh(node, now.Time, r.staleAfter()) },
 		func(node string) bool { return r.Beats.Silent(node, now.Time) }, pause, now)
 	nameMissingAgents(&d.Status, missing)
 	var after time.Duration

@@ -270,14 +270,26 @@ func (c *Handler) apply(ctx context.Context, path string, body []byte, want bool
 		rerr := restore()
 		return Change{}, configErr("containerd's own parser did not accept the change to %s (%v); restored it%s", path, err, suffix(rerr))
 	}
-	ch := Change{File: path}
 	if after == before {
-		return ch, nil
+		return Change{File: path}, nil
 	}
+	return c.restartChecked(ctx, path, restore, want, nil)
+}
+
+// restartChecked restarts containerd (or the distribution that runs it) after path changed,
+// then runs verify (nil: nothing) and, when the handler is wanted, the health check; any
+// failure puts path back (restore) and restarts again.
+func (c *Handler) restartChecked(ctx context.Context, path string, restore func() error, want bool, verify func() error) (Change, error) {
+	ch := Change{File: path}
 	if err := c.Restart(ctx); err != nil {
 		return ch, c.rollback(ctx, restore, fmt.Errorf("restart containerd: %w", err))
 	}
 	ch.Restarted = true
+	if verify != nil {
+		if err := verify(); err != nil {
+			return ch, c.rollback(ctx, restore, err)
+		}
+	}
 	if want {
 		if err := c.Health(ctx); err != nil {
 			return ch, c.rollback(ctx, restore, fmt.Errorf("health check of the brewlet handler: %w", err))

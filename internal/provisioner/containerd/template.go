@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
@@ -58,10 +59,7 @@ var distributionDirs = []string{"/var/lib/rancher/k3s/agent/etc/containerd", "/v
 // "" for a config no distribution renders.
 func TemplateFor(configPath string, version int64, exists func(string) bool) string {
 	dir := filepath.Dir(configPath)
-	ours := false
-	for _, d := range distributionDirs {
-		ours = ours || strings.HasSuffix(dir, d)
-	}
+	ours := slices.ContainsFunc(distributionDirs, func(d string) bool { return strings.HasSuffix(dir, d) })
 	if !ours || filepath.Base(configPath) != "config.toml" {
 		return ""
 	}
@@ -132,13 +130,13 @@ func withBlock(text, block []byte) []byte {
 	return append(out, text[j:]...)
 }
 
-// blockOf returns Brewlet's block in text, nil when there is none.
+// blockOf returns Brewlet's block in text (a slice of it), nil when there is none.
 func blockOf(text []byte) []byte {
 	i, j := findBlock(text)
 	if i < 0 {
 		return nil
 	}
-	return bytes.Clone(text[i:j])
+	return text[i:j]
 }
 
 // templateBody is the template with the handler block for Ensure: the block replaced or
@@ -169,7 +167,13 @@ func (c *Handler) applyTemplate(ctx context.Context, path string, body []byte, w
 		return Change{}, configErr("containerd rejects its current config %s, so Brewlet changes nothing: %v", c.ConfigPath, err)
 	}
 	unchanged := (body == nil && !existed) || (existed && body != nil && bytes.Equal(old, body))
-	if unchanged && bytesHaveHandler(before) == want {
+	registered := bytesHaveHandler(before)
+	if unchanged && registered == want {
+		return Change{File: path}, nil
+	}
+	if want && registered && blockOf(old) == nil && blockOf(rendered) == nil {
+		// A handler without Brewlet's block is someone else's (the administrator's
+		// template): it is left alone.
 		return Change{File: path}, nil
 	}
 	// What containerd reads once the distribution rendered body.
@@ -186,25 +190,16 @@ func (c *Handler) applyTemplate(ctx context.Context, path string, body []byte, w
 			return Change{}, err
 		}
 	}
-	ch := Change{File: path}
 	if after == before {
-		return ch, nil
+		return Change{File: path}, nil
 	}
-	if err := c.Restart(ctx); err != nil {
-		return ch, c.rollback(ctx, restore, fmt.Errorf("restart the distribution: %w", err))
-	}
-	ch.Restarted = true
-	now, err := c.dump(ctx, c.ConfigPath)
-	if err == nil && now != after {
-		err = fmt.Errorf("the distribution rendered %s other than predicted from %s (the template may not pass Brewlet's block through); check it by hand", c.ConfigPath, path)
-	}
-	if err == nil && want {
-		err = c.Health(ctx)
-	}
-	if err != nil {
-		return ch, c.rollback(ctx, restore, err)
-	}
-	return ch, nil
+	return c.restartChecked(ctx, path, restore, want, func() error {
+		now, err := c.dump(ctx, c.ConfigPath)
+		if err == nil && now != after {
+			err = fmt.Errorf("the distribution rendered %s other than predicted from %s (the template may not pass Brewlet's block through); check it by hand", c.ConfigPath, path)
+		}
+		return err
+	})
 }
 
 func bytesHaveHandler(dump string) bool {
@@ -223,9 +218,7 @@ func (c *Handler) dumpText(ctx context.Context, text []byte) (string, error) {
 	return c.dump(ctx, tmp)
 }
 
-// ensureTemplate writes the handler block into the template. A handler the rendered config
-// already has without Brewlet's block is someone else's (the administrator's template):
-// it is left alone.
+// ensureTemplate writes the handler block into the template.
 func (c *Handler) ensureTemplate(ctx context.Context, path string, handler map[string]any, version int64) (Change, error) {
 	block, err := handlerBlock(version, handler)
 	if err != nil {
@@ -235,17 +228,6 @@ func (c *Handler) ensureTemplate(ctx context.Context, path string, handler map[s
 	existed := err == nil
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return Change{}, err
-	}
-	if blockOf(old) == nil {
-		rendered, err := os.ReadFile(c.ConfigPath)
-		if err != nil {
-			return Change{}, err
-		}
-		if blockOf(rendered) == nil {
-			if dump, err := c.dump(ctx, c.ConfigPath); err == nil && bytesHaveHandler(dump) {
-				return Change{File: path}, nil
-			}
-		}
 	}
 	return c.applyTemplate(ctx, path, templateBody(old, existed, block), true)
 }
