@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"brewlet.sh/brewlet/internal/provisioner"
+	"brewlet.sh/brewlet/internal/vocab"
 )
 
 func main() {
@@ -49,8 +50,14 @@ func main() {
 		o.Mirrors[reg] = append(o.Mirrors[reg], mirror)
 		return nil
 	})
+	startupTaints := flag.String("startup-taints", vocab.TaintRuntimeNotReady, "comma-separated taint keys a node joining a pool registers with; removed once the node can start Brewlet containers (empty: none)")
 	flag.BoolVar(&o.InsecureRegistries, "insecure-registries", false, "allow plain HTTP to non-loopback registries")
 	flag.Parse()
+	for _, k := range strings.Split(*startupTaints, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			o.StartupTaints = append(o.StartupTaints, k)
+		}
+	}
 	if o.ContainerdConfigTemplate == "none" {
 		o.ContainerdConfigTemplate = ""
 	}

@@ -48,6 +48,7 @@ type Options struct {
 	MountInfo                                  string        // the host's mount table
 	MetricsAddress                             string        // "" disables /metrics
 	Mirrors                                    map[string][]string
+	StartupTaints                              []string // removed once the node can start Brewlet containers
 }
 
 // Scheme has the types the agent reads and writes.
@@ -73,6 +74,11 @@ func Main(ctx context.Context, o Options) error {
 	// starting containers for longer than MaxAuthTTL allows.
 	if err := agent.ValidateTiming(o.AuthTTL, o.Period); err != nil {
 		return err
+	}
+	for _, k := range o.StartupTaints {
+		if err := vocab.ValidStartupTaint(k); err != nil {
+			return fmt.Errorf("--startup-taints (provisioner.startupTaints): %w", err)
+		}
 	}
 	if o.GCGrace < 0 {
 		return vocab.Errorf(vocab.ReasonLimitExceeded, "--gc-grace (provisioner.gc.grace) is %s; it must be 0 or more", o.GCGrace)
@@ -101,6 +107,7 @@ func Main(ctx context.Context, o Options) error {
 		HostSetup: &containerd.HostChanges{Layout: layout, Containerd: o.containerd(), ShimSource: o.ShimSource, ShimDir: o.ShimDir},
 		// The mode comes from the NodeRuntime spec when the operator wrote one.
 		ContainerdMode: vocab.ContainerdRestart(o.ContainerdRestart),
+		StartupTaints:  o.StartupTaints,
 		Log:            log.Printf}
 	wake := make(chan struct{}, 1)
 	view, err := clusterview.NewView(cfg, Scheme(), c)

@@ -95,6 +95,9 @@ const (
 	// ContainerdUnsupported: the node's containerd is a release Brewlet cannot run on (1.x:
 	// no task API v3), or its version cannot be read; the agent changes nothing on the node.
 	ReasonContainerdUnsupported Reason = "ContainerdUnsupported"
+	// InvalidStartupTaint: a startup taint key the agent was told to remove is not a taint
+	// key, or is one Kubernetes itself manages (the agent refuses to start).
+	ReasonInvalidStartupTaint Reason = "InvalidStartupTaint"
 
 	// Rotation restarts (operator).
 	ReasonRestartNotApplicable Reason = "RestartNotApplicable"

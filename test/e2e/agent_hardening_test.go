@@ -37,8 +37,14 @@ type agentWorld struct {
 
 func newAgentWorld(t *testing.T) *agentWorld {
 	t.Helper()
+	return newAgentWorldWith(t, framework.ControlPlaneOptions{})
+}
+
+// newAgentWorldWith is newAgentWorld on a control plane with these options (a scheduler).
+func newAgentWorldWith(t *testing.T, opts framework.ControlPlaneOptions) *agentWorld {
+	t.Helper()
 	framework.RequireRoot(t) // extraction keeps owners and xattrs
-	w := &agentWorld{cp: framework.StartControlPlane(t, framework.ControlPlaneOptions{}), reg: framework.StartRegistry(t),
+	w := &agentWorld{cp: framework.StartControlPlane(t, opts), reg: framework.StartRegistry(t),
 		nodeName: "node-agent", host: hoststate.Under(t.TempDir())}
 	startOperator(t, w.cp, false) // generations, approval and NodeRuntime spec come from the operator
 	w.refs = buildRuntimes(t, w.reg.Addr, "python")

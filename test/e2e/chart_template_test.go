@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	"brewlet.sh/brewlet/internal/admission"
+	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
 
@@ -31,6 +32,7 @@ func TestChartTemplate(t *testing.T) {
 	t.Run("operator settings", chartTemplateOperatorSettings)
 	t.Run("no pools is refused", chartTemplateNoPools)
 	t.Run("a containerd template outside the config's directory is refused", chartTemplateTemplateOutsideConfigDir)
+	t.Run("startup taints", chartTemplateStartupTaints)
 	t.Run("provisioner disabled renders no node agent", chartTemplateNoProvisioner)
 	t.Run("rotation restarts off: no rights on workloads, no restarts policy", chartRestartsOff)
 	t.Run("rotation restarts in every namespace: a ClusterRole and the policy", chartRestartsEveryNamespace)
@@ -97,8 +99,9 @@ func chartTemplateDefaults(t *testing.T) {
 	if got := aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms; !equality.Semantic.DeepEqual(got, wantTerms) {
 		t.Errorf("provisioner node affinity %+v, want %+v", got, wantTerms)
 	}
-	if len(ds.Spec.Template.Spec.Tolerations) != 0 {
-		t.Errorf("provisioner tolerates %+v by default", ds.Spec.Template.Spec.Tolerations)
+	// Only the startup taint it removes itself (docs/install.md "Autoscalers").
+	if tol := ds.Spec.Template.Spec.Tolerations; len(tol) != 1 || tol[0] != (corev1.Toleration{Key: vocab.TaintRuntimeNotReady, Operator: corev1.TolerationOpExists}) {
+		t.Errorf("provisioner tolerates %+v by default", tol)
 	}
 	// Host paths, mounted where the agent writes them.
 	hp := chartHostPaths(ds.Spec.Template.Spec)

@@ -7,10 +7,12 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	"brewlet.sh/brewlet/internal/admission"
+	"brewlet.sh/brewlet/internal/vocab"
 )
 
 // Values that place and configure the components must reach the flag, mount or field the
@@ -33,6 +35,7 @@ func chartTemplatePlacement(t *testing.T) {
 	}
 	tol := ds.Spec.Template.Spec.Tolerations
 	wantTol := []corev1.Toleration{
+		{Key: vocab.TaintRuntimeNotReady, Operator: corev1.TolerationOpExists},
 		{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
 		{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "brewlet", Effect: corev1.TaintEffectNoSchedule},
 	}
@@ -156,6 +159,53 @@ func chartTemplateTemplateOutsideConfigDir(t *testing.T) {
 	}
 }
 
+// Startup taints (docs/install.md "Autoscalers") reach the agent's flag, its pod's
+// tolerations and the node-scope policy's list; keys Kubernetes manages are refused.
+func chartTemplateStartupTaints(t *testing.T) {
+	const ca = "startup-taint.cluster-autoscaler.kubernetes.io/brewlet"
+	for _, c := range []struct {
+		args []string
+		keys []string
+	}{
+		{chartPools(), []string{"brewlet.sh/runtime-not-ready"}},
+		{chartPools("--set-json", `provisioner.startupTaints=["`+ca+`","example.com/warming"]`), []string{ca, "example.com/warming"}},
+		{chartPools("--set-json", `provisioner.startupTaints=[]`), nil},
+	} {
+		rc := chartMustRender(t, chartNS, c.args...)
+		ds := &appsv1.DaemonSet{}
+		rc.decode(t, "DaemonSet", "brewlet-provisioner", ds)
+		chartWantArg(t, ds.Spec.Template.Spec.Containers[0], "--startup-taints", strings.Join(c.keys, ","))
+		var tolerated []string
+		for _, tl := range ds.Spec.Template.Spec.Tolerations {
+			if tl.Operator == corev1.TolerationOpExists && tl.Effect == "" {
+				tolerated = append(tolerated, tl.Key)
+			}
+		}
+		if !slices.Equal(tolerated, c.keys) {
+			t.Errorf("%v: agent tolerates %v, want %v", c.args, tolerated, c.keys)
+		}
+		vap := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		rc.decode(t, "ValidatingAdmissionPolicy", "brewlet-provisioner-node-scope", vap)
+		want := `["` + strings.Join(c.keys, `","`) + `"]`
+		if c.keys == nil {
+			want = "[]"
+		}
+		found := false
+		for _, v := range vap.Spec.Variables {
+			found = found || (v.Name == "startupTaints" && v.Expression == want)
+		}
+		if !found {
+			t.Errorf("%v: node-scope policy variables %+v, want startupTaints = %s", c.args, vap.Spec.Variables, want)
+		}
+	}
+	for _, key := range []string{"node.kubernetes.io/not-ready", "node-role.kubernetes.io/control-plane", "karpenter.k8s.io/x"} {
+		_, out, err := chartTemplate(t, chartNS, chartPools("--set-json", `provisioner.startupTaints=["`+key+`"]`)...)
+		if err == nil || !strings.Contains(out, "is in a domain Kubernetes manages") {
+			t.Errorf("helm template with startup taint %s: err %v, want the managed-domain refusal\n%s", key, err, out)
+		}
+	}
+}
+
 func chartTemplateNoProvisioner(t *testing.T) {
 	rc := chartMustRender(t, chartNS, "--set", "provisioner.enabled=false")
 	for _, k := range [][2]string{{"DaemonSet", "brewlet-provisioner"}, {"ServiceAccount", "brewlet-provisioner"},
@@ -197,6 +247,8 @@ func chartTemplateSchema(t *testing.T) {
 		{chartPools("--set-json", `operator.rotationRestarts.namespaces=["a","a"]`), "/operator/rotationRestarts/namespaces'"},
 		{chartPools("--set-json", `operator.rotationRestarts.namespaces=["apps","kube-system"]`), "/operator/rotationRestarts/namespaces/1'"},
 		{chartPools("--set", "operator.rotationRestarts.namespace=apps"), "namespace"},
+		{chartPools("--set-json", `provisioner.startupTaints=["bad key"]`), "/provisioner/startupTaints/0'"},
+		{chartPools("--set-json", `provisioner.startupTaints=["a","a"]`), "/provisioner/startupTaints'"},
 	} {
 		_, out, err := chartTemplate(t, chartNS, c.args...)
 		if err == nil || !strings.Contains(out, "values don't meet the specifications of the schema") || !strings.Contains(out, c.want) {

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/provisioner/clusterview"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
@@ -38,7 +39,8 @@ func TestProvisionerWritesAreNodeScoped(t *testing.T) {
 		}
 	}
 	for _, n := range []string{"n1", "n2"} {
-		must(c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"pool": "general"}}}))
+		must(c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"pool": "general"}},
+			Spec: corev1.NodeSpec{Taints: []corev1.Taint{startupTaint, otherTaint}}}))
 		must(c.Create(ctx, &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: n}}))
 	}
 	must(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
@@ -62,6 +64,74 @@ func TestProvisionerWritesAreNodeScoped(t *testing.T) {
 	expectDenied(t, labelNode(ctx, agent, "n1", "pool", "gpu"), "only Brewlet's labels")
 	// An unbound token of the same service account has no node claim.
 	expectDenied(t, writeStatus(ctx, saClient(t, cp.Config, ns, sa, nil), "n1"), "no node claim")
+	startupTaintsAreTheOnlySpecChange(t, c, cp.KubeletClient(t, "n1"), agent)
+}
+
+var (
+	startupTaint = corev1.Taint{Key: vocab.TaintRuntimeNotReady, Effect: corev1.TaintEffectNoSchedule}
+	otherTaint   = corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoExecute}
+)
+
+// The agent's one right on its Node's spec is removing the startup taints (autoscaler
+// templates, docs/install.md "Autoscalers"): every next-larger change is refused by the
+// policy, and the kubelet cannot remove the taint itself (NodeRestriction).
+func startupTaintsAreTheOnlySpecChange(t *testing.T, admin, kubelet, agent client.Client) {
+	t.Helper()
+	ctx := context.Background()
+	const refused = "may change the spec of its Node only by removing the startup taints"
+	spec := func(node string, edit func(*corev1.NodeSpec)) error {
+		n := &corev1.Node{}
+		if err := agent.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
+			return err
+		}
+		patch := client.MergeFrom(n.DeepCopy())
+		edit(&n.Spec)
+		return agent.Patch(ctx, n, patch)
+	}
+	expectDenied(t, spec("n1", func(s *corev1.NodeSpec) { s.Taints = []corev1.Taint{startupTaint} }), refused)
+	expectDenied(t, spec("n1", func(s *corev1.NodeSpec) { s.Taints = nil }), refused)
+	expectDenied(t, spec("n1", func(s *corev1.NodeSpec) {
+		s.Taints = append(s.Taints, corev1.Taint{Key: "example.com/mine", Effect: corev1.TaintEffectNoSchedule})
+	}), refused)
+	expectDenied(t, spec("n1", func(s *corev1.NodeSpec) {
+		s.Taints = []corev1.Taint{otherTaint, {Key: vocab.TaintRuntimeNotReady, Effect: corev1.TaintEffectPreferNoSchedule}}
+	}), refused)
+	expectDenied(t, spec("n1", func(s *corev1.NodeSpec) { s.Unschedulable = true }), refused)
+	expectDenied(t, spec("n1", func(s *corev1.NodeSpec) { s.ProviderID = "example://forged" }), refused)
+	expectDenied(t, spec("n1", func(s *corev1.NodeSpec) { s.PodCIDR, s.PodCIDRs = "10.9.0.0/24", []string{"10.9.0.0/24"} }), refused)
+	// Another node's startup taint, with the agent's own code.
+	_, err := clusterview.Cluster{Client: agent, NodeName: "n2"}.RemoveStartupTaints(ctx, []string{vocab.TaintRuntimeNotReady})
+	expectDenied(t, err, "agents write only their own node")
+	// The kubelet of n1 may not remove it either.
+	n := &corev1.Node{}
+	if err := kubelet.Get(ctx, client.ObjectKey{Name: "n1"}, n); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(n.DeepCopy())
+	n.Spec.Taints = []corev1.Taint{otherTaint}
+	expectDenied(t, kubelet.Patch(ctx, n, patch), "not allowed to modify taints")
+
+	removed, err := clusterview.Cluster{Client: agent, NodeName: "n1"}.RemoveStartupTaints(ctx, []string{vocab.TaintRuntimeNotReady})
+	if err != nil || len(removed) != 1 {
+		t.Fatalf("agent removing its own node's startup taint: removed %v, %v", removed, err)
+	}
+	// n1 keeps every other taint (the API server's own not-ready one too); n2 keeps all.
+	for node, want := range map[string]bool{"n1": false, "n2": true} {
+		if err := admin.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
+			t.Fatal(err)
+		}
+		has := map[string]bool{}
+		for _, tn := range n.Spec.Taints {
+			has[tn.Key] = true
+		}
+		if has[vocab.TaintRuntimeNotReady] != want || !has[otherTaint.Key] {
+			t.Errorf("node %s taints %+v: startup taint present %v, want %v, and %s kept", node, n.Spec.Taints, has[vocab.TaintRuntimeNotReady], want, otherTaint.Key)
+		}
+	}
+	// Gone once, it is not looked for again: nothing to remove, nothing written.
+	if removed, err := (clusterview.Cluster{Client: agent, NodeName: "n1"}).RemoveStartupTaints(ctx, []string{vocab.TaintRuntimeNotReady}); err != nil || len(removed) != 0 {
+		t.Errorf("second removal: %v, %v", removed, err)
+	}
 }
 
 func writeStatus(ctx context.Context, c client.Client, node string) error {

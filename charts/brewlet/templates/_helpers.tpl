@@ -45,3 +45,14 @@ else registry/repository:tag (tag defaults to the chart's appVersion).
 {{- define "brewlet.provisionerUser" -}}
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "brewlet.provisionerName" . }}
 {{- end -}}
+
+{{/*
+A startup taint key the agent may remove (provisioner.startupTaints): never one in a domain
+Kubernetes manages (the node lifecycle controller's not-ready taints, the control-plane
+taint), except the cluster autoscaler's startup-taint prefix. The agent checks the same.
+*/}}
+{{- define "brewlet.startupTaint" -}}
+{{- if and (regexMatch "^([^/]*\\.)?(kubernetes\\.io|k8s\\.io)/" .) (not (hasPrefix "startup-taint.cluster-autoscaler.kubernetes.io/" .)) -}}
+{{- fail (printf "provisioner.startupTaints: %q is in a domain Kubernetes manages; the agent may remove only startup taints such as brewlet.sh/runtime-not-ready, startup-taint.cluster-autoscaler.kubernetes.io/<name> or a key of your own domain" .) -}}
+{{- end -}}
+{{- end -}}

@@ -66,8 +66,14 @@ type Agent struct {
 	// Host is what was done to the node (shim, containerd handler), for the report.
 	Host *brewletv1.NodeCleanup
 	Log  func(format string, args ...any)
+	// StartupTaints are the taint keys a node joining a pool registers with (autoscaler
+	// templates): removed once the node can start Brewlet containers (StartupTaintsDue).
+	StartupTaints []string
 
 	host hostState
+	// released is the UID of the node whose startup taints are known gone: nothing adds
+	// them to a registered node again, so the full Node is read only until then.
+	released types.UID
 	// selected: a profile selected the node in the last pass.
 	selected bool
 
@@ -289,6 +295,11 @@ func (a *Agent) Reconcile(ctx context.Context) error {
 	if err := a.publishStatus(ctx, node, nrt); err != nil {
 		return err
 	}
+	if profile != nil {
+		if err := a.releaseNode(ctx, node); err != nil {
+			return err
+		}
+	}
 	if a.Collector != nil && a.collectable() {
 		c := a.Collector
 		if profile == nil {
@@ -373,6 +384,34 @@ func (a *Agent) publishLabels(ctx context.Context, node *corev1.Node) error {
 		}
 	}
 	return a.cluster().PublishLabels(ctx, node, want)
+}
+
+// releaseNode removes the node's startup taints once this pass's labels say it can start
+// Brewlet containers: the labels are published first, so a pod the scheduler places here
+// the moment the taint goes finds its runtime authorized.
+func (a *Agent) releaseNode(ctx context.Context, node *corev1.Node) error {
+	if len(a.StartupTaints) == 0 || a.released == node.UID {
+		return nil
+	}
+	states := map[string]vocab.RuntimeState{}
+	for id, e := range a.states {
+		states[id] = vocab.RuntimeState(e.State)
+	}
+	if !StartupTaintsDue(states) {
+		return nil
+	}
+	if err := a.mayWrite(); err != nil {
+		return err
+	}
+	removed, err := a.cluster().RemoveStartupTaints(ctx, a.StartupTaints)
+	if err != nil {
+		return err
+	}
+	if len(removed) > 0 {
+		a.logf("node %s can start Brewlet containers: removed its startup taints %v", node.Name, removed)
+	}
+	a.released = node.UID
+	return nil
 }
 
 // publishStatus writes the NodeRuntime status when it changed (not on every pass).

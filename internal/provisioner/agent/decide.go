@@ -173,3 +173,21 @@ func RetryDue(err error, at, now time.Time, pause time.Duration) bool {
 	}
 	return false // the content was refused
 }
+
+// StartupTaintsDue decides whether the node's startup taints may go: the node can start
+// Brewlet containers (some ID is ready or offered on demand, so Labels steers pods here)
+// and no ID is still installing, so the pods an autoscaler added the node for find every
+// runtime they were promised. A failed or revoked ID does not hold the node back: it gets
+// no label, and no pod is steered to it.
+func StartupTaintsDue(states map[string]vocab.RuntimeState) bool {
+	usable := false
+	for _, s := range states {
+		switch s {
+		case vocab.StateInstalling:
+			return false
+		case vocab.StateReady, vocab.StateAvailable:
+			usable = true
+		}
+	}
+	return usable
+}
