@@ -85,12 +85,14 @@ runtimes:
 
 ## bench: shim memory and CRI create+start latency against stock runc, runtime install
 ## against ctr pull, the payoff: N apps as conventional images (shared and drifted bases)
-## against Brewlet, incl. a CVE rotation (BENCH_PODS=6, BENCH_APPS=20, BENCH_BASES=5;
-## writes docs/payoff.svg), the agents' API load (BREWLET_AGENT_NODES=1000) and the fleet
-## rotation (BREWLET_FLEET_NODES=1000, BREWLET_FLEET_WORKLOADS=500); results go to
-## docs/benchmarks.md by hand
+## against Brewlet, incl. a CVE rotation (BENCH_PODS=10, BENCH_REPS=5, BENCH_APPS=20,
+## BENCH_BASES=5; writes docs/payoff.svg), the agents' API load (BREWLET_AGENT_NODES=1000)
+## and the fleet rotation (BREWLET_FLEET_NODES=1000, BREWLET_FLEET_WORKLOADS=500); results
+## go to docs/benchmarks.md by hand. The shim and install figures are compared with the
+## ones recorded there: a median worse by more than the run's spread prints REGRESSION and
+## fails the run.
 bench: tools build
-	go test -tags bench -count=1 -timeout 120m -run 'TestBench' -v ./test/e2e/ | grep -E '^\||^(ok|FAIL|---)'
+	set -o pipefail; go test -tags bench -count=1 -timeout 120m -run 'TestBench' -v ./test/e2e/ | grep -E '^\||^REGRESSION|^(ok|FAIL|---)'
 
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:

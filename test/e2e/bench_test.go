@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,19 +20,77 @@ import (
 	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/benchratio"
 	"brewlet.sh/brewlet/test/framework"
 	"brewlet.sh/brewlet/test/framework/testimage"
 )
 
-// TestBenchShim measures, in one run on one node, the brewlet shim against the stock runc
-// shim: memory (PSS) per pod and container create+start latency through CRI. It prints a
-// table of ratios; it asserts nothing about timings. Run with `make bench`.
+// TestBenchShim measures, on one node per repetition, the brewlet shim against the stock
+// runc shim: memory (PSS) per pod, container create+start latency through CRI one at a time
+// (the two handlers interleaved pod by pod; which goes first alternates, so neither always
+// meets a colder node) and BENCH_CONCURRENT (20) creates at once per handler (which handler
+// bursts first alternates too). It prints each ratio's median and spread over BENCH_REPS
+// repetitions (default 5), compares them with docs/benchmarks.md (benchGuard), and prints
+// where a brewlet create's time goes, step by step, from the shim's own log. It asserts
+// nothing about timings. Run with `make bench`.
 func TestBenchShim(t *testing.T) {
-	pods := 6
-	if v, err := strconv.Atoi(os.Getenv("BENCH_PODS")); err == nil && v > 0 {
-		pods = v
+	pods, reps, k := benchInt("BENCH_PODS", 10), benchInt("BENCH_REPS", 5), benchInt("BENCH_CONCURRENT", 20)
+	cli := buildCLI(t)
+	var first, warm, pss, p50, p99 [2][]float64 // [stock, brewlet] per repetition
+	var single, burst []string                  // brewlet container IDs, for the step profile
+	var singleTotal, burstTotal []time.Duration
+	steps := map[string]map[string]time.Duration{}
+	for rep := range reps {
+		t.Run(fmt.Sprintf("rep%d", rep), func(t *testing.T) {
+			s := newShimBench(t, cli)
+			r := s.measure(t, pods, rep%2 == 1)
+			order := []int{0, 1}
+			if rep%2 == 1 {
+				order = []int{1, 0}
+			}
+			var bursts [2][]time.Duration
+			for _, h := range order {
+				ds, cids := s.burst(t, k, h)
+				bursts[h] = ds
+				if h == 1 {
+					burst, burstTotal = append(burst, cids...), append(burstTotal, ds...)
+				}
+			}
+			for h := range 2 {
+				first[h] = append(first[h], float64(r[h].first))
+				warm[h] = append(warm[h], float64(median(r[h].warm)))
+				pss[h] = append(pss[h], mean(r[h].pssKiB))
+				p50[h] = append(p50[h], float64(percentile(bursts[h], 0.5)))
+				p99[h] = append(p99[h], float64(percentile(bursts[h], 0.99)))
+			}
+			single, singleTotal = append(single, r[1].warmIDs...), append(singleTotal, r[1].warm...)
+			for id, st := range shimSteps(t, s.n.Containerd.LogPath) {
+				steps[id] = st
+			}
+		})
 	}
-	n := framework.StartNode(t)
+	benchGuard(t, fmt.Sprintf("shim (%d pods per handler, %d at once, %d repetitions)", pods, k, reps), []benchratio.Row{
+		ratioRow("shim: PSS per pod (KiB)", pss, kib, "≤ 1.1×"),
+		ratioRow("shim: create+start, first container", first, dur, "≤ 1.05×"),
+		ratioRow("shim: create+start, warm (median)", warm, dur, "≤ 1.0×"),
+		ratioRow(fmt.Sprintf("shim: %d creates at once, p50", k), p50, dur, "≤ 1.1×"),
+		ratioRow(fmt.Sprintf("shim: %d creates at once, p99", k), p99, dur, "≤ 1.1×"),
+	})
+	prof := stepProfile(steps, k, single, burst, singleTotal, burstTotal)
+	t.Log(prof)
+	fmt.Print(prof)
+}
+
+// shimBench is one repetition's node: the bench runtime installed and authorized, the app
+// pushed.
+type shimBench struct {
+	n       *framework.Node
+	app, id string
+}
+
+func newShimBench(t *testing.T, cli string) *shimBench {
+	// Every create logs its steps (the step profile); the line costs microseconds.
+	n := framework.StartNodeWith(t, framework.NodeOptions{ShimEnv: []string{vocab.EnvSlowLaunch + "=0s"}})
 	host := hoststate.Under(n.HostPrefix)
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
@@ -51,7 +108,6 @@ func TestBenchShim(t *testing.T) {
 	_ = host.OpenFence()
 	now := time.Now()
 	_ = host.WriteAuthorization(hoststate.Authorization{ID: id, Epoch: epoch, Generation: 1, ConfirmedAt: now, ExpiresAt: now.Add(time.Hour)})
-	cli := buildCLI(t)
 	src := t.TempDir()
 	writeTree(t, src, map[string]string{"README": "bench\n"})
 	out, errOut, code := brewlet(t, cli, "push", n.Registry+"/apps/sleep:1", "--layer", "app="+src+":/app",
@@ -59,70 +115,62 @@ func TestBenchShim(t *testing.T) {
 	if code != 0 {
 		t.Fatal(errOut)
 	}
-	app := lastLine(out)
+	return &shimBench{n: n, app: lastLine(out), id: id}
+}
 
-	type result struct {
-		first   time.Duration
-		warm    []time.Duration
-		pssKiB  []int
-		handler string
-	}
-	run := func(handler, image string, ann map[string]string) result {
-		r := result{handler: handler}
-		ctx := context.Background()
-		for i := 0; i < pods; i++ {
-			pod := n.PodConfig(fmt.Sprintf("%s-%d", handler, i), ann)
-			podID, err := n.RunPod(ctx, pod, handler)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := framework.ContainerConfig("c", image, "/bin/busybox", "sleep", "3600")
-			c.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{
-				RunAsUser: &runtimeapi.Int64Value{Value: 20001}, RunAsGroup: &runtimeapi.Int64Value{Value: 20001}}
-			if err := n.Pull(ctx, image, pod); err != nil {
-				t.Fatal(err)
-			}
-			t0 := time.Now()
-			cr, err := n.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: podID, Config: c, SandboxConfig: pod})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := n.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: cr.ContainerId}); err != nil {
-				t.Fatal(err)
-			}
-			d := time.Since(t0)
+type shimResult struct {
+	first   time.Duration
+	warm    []time.Duration
+	warmIDs []string
+	pssKiB  []int
+}
+
+// measure creates and starts pods containers per handler, alternating handlers pod by pod
+// (brewletFirst: which handler starts each pair), and returns [runc, brewlet].
+func (s *shimBench) measure(t *testing.T, pods int, brewletFirst bool) [2]shimResult {
+	var r [2]shimResult
+	anns := shimAnnotations(s.id)
+	for i := range pods {
+		order := []int{0, 1}
+		if brewletFirst != (i%2 == 1) {
+			order = []int{1, 0}
+		}
+		for _, h := range order {
+			d, cid := s.createStart(t, fmt.Sprintf("%s-%d", shimHandlers[h], i), shimHandlers[h], s.image(h), anns[h])
 			if i == 0 {
-				r.first = d
+				r[h].first = d
 			} else {
-				r.warm = append(r.warm, d)
+				r[h].warm, r[h].warmIDs = append(r[h].warm, d), append(r[h].warmIDs, cid)
 			}
 		}
-		r.pssKiB = shimPSS(t, n.Dir, handler)
-		return r
 	}
-	busybox := n.BusyboxImage
-	runc := run("runc", busybox, nil)
-	brew := run(vocab.RuntimeClassName, app, map[string]string{vocab.AnnotationRuntimeImage: id})
+	for h := range 2 {
+		r[h].pssKiB = shimPSS(t, s.n.Dir, shimHandlers[h])
+	}
+	return r
+}
 
-	med := func(ds []time.Duration) time.Duration {
-		s := append([]time.Duration{}, ds...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		return s[len(s)/2]
+// createStart runs a pod sandbox and returns how long its container took to create and
+// start, and the container's ID.
+func (s *shimBench) createStart(t *testing.T, name, handler, image string, ann map[string]string) (time.Duration, string) {
+	ctx := context.Background()
+	pod := s.n.PodConfig(name, ann)
+	podID, err := s.n.RunPod(ctx, pod, handler)
+	if err != nil {
+		t.Fatal(err)
 	}
-	mean := func(xs []int) float64 {
-		sum := 0
-		for _, x := range xs {
-			sum += x
-		}
-		return float64(sum) / float64(len(xs))
+	if err := s.n.Pull(ctx, image, pod); err != nil {
+		t.Fatal(err)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "\n| metric (%d pods per handler) | runc | brewlet | ratio | target |\n|---|---|---|---|---|\n", pods)
-	fmt.Fprintf(&b, "| shim PSS per pod (KiB, mean of %d shims) | %.0f | %.0f | %.2f× | ≤ 1.5× |\n", len(brew.pssKiB), mean(runc.pssKiB), mean(brew.pssKiB), mean(brew.pssKiB)/mean(runc.pssKiB))
-	fmt.Fprintf(&b, "| create+start, first container | %s | %s | %.2f× | ≤ 1.5× |\n", runc.first.Round(time.Millisecond), brew.first.Round(time.Millisecond), float64(brew.first)/float64(runc.first))
-	fmt.Fprintf(&b, "| create+start, warm (median) | %s | %s | %.2f× | ≤ 1.2× |\n", med(runc.warm).Round(time.Millisecond), med(brew.warm).Round(time.Millisecond), float64(med(brew.warm))/float64(med(runc.warm)))
-	t.Log(b.String())
-	fmt.Print(b.String())
+	t0 := time.Now()
+	cr, err := s.n.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: podID, Config: shimContainer(image), SandboxConfig: pod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.n.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: cr.ContainerId}); err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(t0), cr.ContainerId
 }
 
 // shimPSS returns the proportional set size of each shim of a handler on this node.
@@ -159,35 +207,50 @@ func shimPSS(t *testing.T, nodeDir, handler string) []int {
 // extract into the layer cache, validate) with containerd's own `ctr image pull` (pull and
 // unpack into the overlayfs snapshotter) of the same image from the same loopback
 // registry, cold and for a rotation to CPython's Debian security update (the runtime's
-// own packages and the metadata layer change, the base libraries do not).
+// own packages and the metadata layer change, the base libraries do not). Each repetition
+// (BENCH_REPS, default 5) has a node of its own, so both start cold; which goes first
+// alternates.
 func TestBenchInstall(t *testing.T) {
-	n := framework.StartNode(t)
-	refs := buildRuntimes(t, n.Registry, "python")
-	host := hoststate.Under(n.HostPrefix)
-	in := &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
-	ctr := framework.Tool(t, "ctr")
-	pull := func(ref string) time.Duration {
-		t0 := time.Now()
-		cmd := exec.Command(ctr, "-a", n.Socket, "-n", "bench", "images", "pull", "--plain-http", ref)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("ctr pull: %v\n%s", err, out)
-		}
-		return time.Since(t0)
+	reps := benchInt("BENCH_REPS", 5)
+	var cold, rotation [2][]float64 // [ctr, brewlet]
+	for rep := range reps {
+		t.Run(fmt.Sprintf("rep%d", rep), func(t *testing.T) {
+			n := framework.StartNode(t)
+			refs := buildRuntimes(t, n.Registry, "python")
+			host := hoststate.Under(n.HostPrefix)
+			in := &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
+			ctr := framework.Tool(t, "ctr")
+			pull := func(gen int) float64 {
+				t0 := time.Now()
+				cmd := exec.Command(ctr, "-a", n.Socket, "-n", "bench", "images", "pull", "--plain-http", refs[fmt.Sprintf("python%d", gen)])
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("ctr pull: %v\n%s", err, out)
+				}
+				return float64(time.Since(t0))
+			}
+			installGen := func(gen int) float64 {
+				t0 := time.Now()
+				if _, err := in.Install(context.Background(), install.Request{ID: "py", Epoch: "3e1f2d4c-5b6a-4978-8c0d-1e2f3a4b5c6d",
+					Generation: int64(gen), Image: refs[fmt.Sprintf("python%d", gen)], UID: 10001, GID: 10001}); err != nil {
+					t.Fatal(err)
+				}
+				return float64(time.Since(t0))
+			}
+			ways := [2]func(int) float64{pull, installGen}
+			order := []int{0, 1}
+			if rep%2 == 1 {
+				order = []int{1, 0}
+			}
+			for _, w := range order {
+				cold[w] = append(cold[w], ways[w](1))
+			}
+			for _, w := range order {
+				rotation[w] = append(rotation[w], ways[w](2))
+			}
+		})
 	}
-	installGen := func(gen int64) time.Duration {
-		t0 := time.Now()
-		if _, err := in.Install(context.Background(), install.Request{ID: "py", Epoch: "3e1f2d4c-5b6a-4978-8c0d-1e2f3a4b5c6d",
-			Generation: gen, Image: refs[fmt.Sprintf("python%d", gen)], UID: 10001, GID: 10001}); err != nil {
-			t.Fatal(err)
-		}
-		return time.Since(t0)
-	}
-	ctrCold, ctrDelta := pull(refs["python1"]), pull(refs["python2"])
-	brCold, brDelta := installGen(1), installGen(2)
-	var b strings.Builder
-	fmt.Fprintf(&b, "\n| metric (CPython runtime, 3 layers) | ctr image pull + unpack | brewlet install | ratio | target |\n|---|---|---|---|---|\n")
-	fmt.Fprintf(&b, "| cold install | %s | %s | %.2f× | ≤ 1.0× |\n", ctrCold.Round(time.Millisecond), brCold.Round(time.Millisecond), float64(brCold)/float64(ctrCold))
-	fmt.Fprintf(&b, "| rotation to the security update, 2 of 3 layers changed | %s | %s | %.2f× | ∝ changed bytes |\n", ctrDelta.Round(time.Millisecond), brDelta.Round(time.Millisecond), float64(brDelta)/float64(ctrDelta))
-	t.Log(b.String())
-	fmt.Print(b.String())
+	benchGuard(t, fmt.Sprintf("install (CPython runtime, 3 layers, %d repetitions)", reps), []benchratio.Row{
+		ratioRow("install: cold, against ctr image pull + unpack", cold, dur, "≤ 0.8×"),
+		ratioRow("install: rotation to the security update (2 of 3 layers changed)", rotation, dur, "∝ changed bytes"),
+	})
 }

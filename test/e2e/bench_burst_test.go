@@ -1,0 +1,150 @@
+//go:build bench
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/framework"
+)
+
+// burst creates k pods of a handler, then creates and starts their containers all at once,
+// and returns each create+start's duration and container ID (a Deployment's replicas
+// starting together after a rotation restart or a drain).
+func (s *shimBench) burst(t *testing.T, k, h int) ([]time.Duration, []string) {
+	ctx := context.Background()
+	handler, image, ann := shimHandlers[h], s.image(h), shimAnnotations(s.id)[h]
+	pods, podIDs := make([]*runtimeapi.PodSandboxConfig, k), make([]string, k)
+	for i := range k {
+		pods[i] = s.n.PodConfig(fmt.Sprintf("%s-burst-%d", handler, i), ann)
+		id, err := s.n.RunPod(ctx, pods[i], handler)
+		if err != nil {
+			t.Fatal(err)
+		}
+		podIDs[i] = id
+	}
+	if err := s.n.Pull(ctx, image, pods[0]); err != nil {
+		t.Fatal(err)
+	}
+	ds, cids := make([]time.Duration, k), make([]string, k)
+	errs, start := make(chan error, k), make(chan struct{})
+	for i := range k {
+		go func() {
+			<-start
+			t0 := time.Now()
+			cr, err := s.n.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: podIDs[i], Config: shimContainer(image), SandboxConfig: pods[i]})
+			if err == nil {
+				cids[i] = cr.ContainerId
+				_, err = s.n.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: cr.ContainerId})
+			}
+			ds[i] = time.Since(t0)
+			errs <- err
+		}()
+	}
+	close(start)
+	for range k {
+		if err := <-errs; err != nil {
+			t.Fatalf("%s: burst create+start: %v", handler, err)
+		}
+	}
+	return ds, cids
+}
+
+// percentile of durations (nearest rank).
+func percentile(ds []time.Duration, q float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1)+0.5)]
+}
+
+// The shim's per-step times of a create (BREWLET_SLOW_LAUNCH=0s makes it log every create:
+// "brewlet: slow launch: <total> in total (threshold 0s): spec-check=… launch=…").
+var (
+	slowLaunchLine = regexp.MustCompile(`brewlet: slow launch: .*?\(threshold [^)]*\): ([^"]*)".*container=([0-9a-f]+)`)
+	stepField      = regexp.MustCompile(`([a-z-]+)=([0-9.]+(?:ns|µs|us|ms|s))`)
+)
+
+// shimSteps reads containerd's log and returns, per container ID, the time of each step.
+func shimSteps(t *testing.T, logPath string) map[string]map[string]time.Duration {
+	f, err := os.Open(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	out := map[string]map[string]time.Duration{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		m := slowLaunchLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		steps := map[string]time.Duration{}
+		for _, f := range stepField.FindAllStringSubmatch(m[1], -1) {
+			if d, err := time.ParseDuration(f[2]); err == nil {
+				steps[f[1]] = d
+			}
+		}
+		out[m[2]] = steps
+	}
+	return out
+}
+
+// stepOrder is the order in which a create passes its steps (internal/shim/create.go).
+var stepOrder = []string{"spec-check", "launch", "image", "authorization", "lease", "validate-app", "recheck", "compose", "runc-create"}
+
+// stepProfile is the table of where a brewlet create's time goes: the median of each step
+// over the warm one-at-a-time creates and over the burst's, and the burst's slowest; the
+// remainder of CRI create+start (containerd, runc start) as its own line.
+func stepProfile(all map[string]map[string]time.Duration, k int, single, burst []string, singleTotal, burstTotal []time.Duration) string {
+	col := func(ids []string, step string) []time.Duration {
+		var ds []time.Duration
+		for _, id := range ids {
+			if s, ok := all[id]; ok {
+				ds = append(ds, s[step])
+			}
+		}
+		return ds
+	}
+	fmtd := func(ds []time.Duration, q float64) string {
+		if len(ds) == 0 {
+			return "–"
+		}
+		return percentile(ds, q).Round(10 * time.Microsecond).String()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n| brewlet create step | one at a time (median of %d) | %d at once (median) | %d at once (slowest) |\n|---|---|---|---|\n", len(single), k, k)
+	for _, st := range stepOrder {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", st, fmtd(col(single, st), 0.5), fmtd(col(burst, st), 0.5), fmtd(col(burst, st), 1))
+	}
+	fmt.Fprintf(&b, "| CRI create+start in all | %s | %s | %s |\n", fmtd(singleTotal, 0.5), fmtd(burstTotal, 0.5), fmtd(burstTotal, 1))
+	return b.String()
+}
+
+// shimHandlers are the two handlers the shim bench compares, stock first.
+var shimHandlers = [2]string{"runc", vocab.RuntimeClassName}
+
+func shimAnnotations(id string) [2]map[string]string {
+	return [2]map[string]string{nil, {vocab.AnnotationRuntimeImage: id}}
+}
+
+func (s *shimBench) image(h int) string { return [2]string{s.n.BusyboxImage, s.app}[h] }
+
+// shimContainer runs busybox sleep as the runtime's user (both handlers alike).
+func shimContainer(image string) *runtimeapi.ContainerConfig {
+	c := framework.ContainerConfig("c", image, "/bin/busybox", "sleep", "3600")
+	c.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{
+		RunAsUser: &runtimeapi.Int64Value{Value: 20001}, RunAsGroup: &runtimeapi.Int64Value{Value: 20001}}
+	return c
+}
