@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,7 +19,6 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -42,11 +40,16 @@ const (
 	fleetMaxConcurrent = 5
 	fleetMaxFailures   = 5     // the 3 failing nodes must not halt the rotation
 	fleetMaxUnavail    = "10%" // a wave of a tenth of the pool, as a cautious production profile
+	// The operator's defaults, passed explicitly because the figures are reasoned from them:
+	// the second failed restart of a target halts its restarts, and a killed agent's node
+	// is stuck (AgentNotReporting) a minute after its last Lease renewal.
+	fleetRestartMaxFailures = 1
+	fleetStaleAfter         = time.Minute
 )
 
 type fleetConfig struct {
-	nodes, workloads, failing, stale int
-	renew, minReady, stallGrace      time.Duration // stallGrace: how long RotationComplete may lag the last healthy node
+	nodes, workloads, failing, stale      int
+	renew, minReady, stallGrace, deadline time.Duration // stallGrace: how long RotationComplete may lag the last healthy node
 }
 
 func fleetEnv[T int | time.Duration](t *testing.T, name string, def T) T {
@@ -67,18 +70,25 @@ func fleetEnv[T int | time.Duration](t *testing.T, name string, def T) T {
 // default 1000) running opted-in one-replica Deployments (BREWLET_FLEET_WORKLOADS, 500), the
 // operator as its own process (rotation restarts, maxConcurrent 5), and a load generator in
 // place of the node agents (fleet_loadgen_test.go): installs of 1-5 s, BREWLET_FLEET_FAILING
-// nodes (3) refusing the new generation, BREWLET_FLEET_STALE agents (3) dying once they serve
-// it. It prints how long the rotation and the restarts take against ceil(W/5) single
-// rollouts and what the operator wrote (the API server's counters) per change reported. No
-// timing is asserted; the test fails only when the rotation or the restarts never finish,
-// since the figures would then mean nothing.
+// nodes (3) refusing the new generation, BREWLET_FLEET_STALE agents (2 % of the nodes) killed
+// as their wave lets them install it. It prints how long the rotation and the restarts take
+// against ceil(W/5) single rollouts and what the operator wrote (the API server's counters)
+// per change reported. Then a bad digest (fleet_baddigest_test.go): a third generation whose
+// restarted workloads never come up, followed untouched until the operator halts its
+// restarts. No timing is asserted; the test fails only when the rotation, the restarts or
+// the halt never come, since the figures would then mean nothing.
 func TestBenchFleetRotation(t *testing.T) {
-	cfg := fleetConfig{nodes: fleetEnv(t, "BREWLET_FLEET_NODES", 1000), workloads: fleetEnv(t, "BREWLET_FLEET_WORKLOADS", 500),
-		failing: fleetEnv(t, "BREWLET_FLEET_FAILING", 3), stale: fleetEnv(t, "BREWLET_FLEET_STALE", 3),
+	nodes := fleetEnv(t, "BREWLET_FLEET_NODES", 1000)
+	cfg := fleetConfig{nodes: nodes, workloads: fleetEnv(t, "BREWLET_FLEET_WORKLOADS", 500),
+		failing: fleetEnv(t, "BREWLET_FLEET_FAILING", 3), stale: fleetEnv(t, "BREWLET_FLEET_STALE", (nodes*2+99)/100),
 		// Real agents renew every 3 s (a 15 s lease / 5); 10 s is the kubelet's node-lease
 		// rate and spares a shared 2-core machine. BREWLET_FLEET_RENEW=3s is the real load.
 		renew: fleetEnv(t, "BREWLET_FLEET_RENEW", 10*time.Second), minReady: fleetEnv(t, "BREWLET_FLEET_MIN_READY", 3*time.Second),
-		stallGrace: fleetEnv(t, "BREWLET_FLEET_STALL_GRACE", time.Minute)}
+		stallGrace: fleetEnv(t, "BREWLET_FLEET_STALL_GRACE", time.Minute),
+		// Healthy one-replica rollouts take about 3 s: 2 m is far beyond a loaded machine's
+		// slowest, and keeps the bad digest's wait for its failures short (the default 10 m
+		// would make that phase 10 minutes of waiting).
+		deadline: fleetEnv(t, "BREWLET_FLEET_PROGRESS_DEADLINE", 2*time.Minute)}
 	setLoggerOnce.Do(func() { ctrllog.SetLogger(logr.Discard()) })
 	b := newFleetBench(t, cfg)
 	b.setup()
@@ -88,6 +98,7 @@ func TestBenchFleetRotation(t *testing.T) {
 	tl := b.rotate()
 	b.quiet("after the restarts")
 	b.report(single, before, b.snapshot(), tl)
+	b.badDigest()
 }
 
 type fleetBench struct {
@@ -112,7 +123,8 @@ func newFleetBench(t *testing.T, cfg fleetConfig) *fleetBench {
 	// The binary's own leader-election timings: the tests' 4 s lease is lost (and the process
 	// exits) when a loaded API server takes over 1.5 s to answer a renewal.
 	b.op = startOperatorFlags(t, cp, []string{"--set", "operator.rotationRestarts.enabled=true"}, "--rotation-restarts",
-		fmt.Sprintf("--rotation-restart-max-concurrent=%d", fleetMaxConcurrent), "--rotation-restart-progress-deadline=10m",
+		fmt.Sprintf("--rotation-restart-max-concurrent=%d", fleetMaxConcurrent), fmt.Sprintf("--rotation-restart-progress-deadline=%s", cfg.deadline),
+		fmt.Sprintf("--rotation-restart-max-failures=%d", fleetRestartMaxFailures), fmt.Sprintf("--node-stale-after=%s", fleetStaleAfter),
 		"--leader-election-lease-duration=15s", "--leader-election-renew-deadline=10s", "--leader-election-retry-period=2s")
 	b.pid = procOf(t, "--metrics-address="+b.op.metrics)
 	// A thousand agents write through one client: the harness's QPS 200 would pace them.
@@ -144,15 +156,19 @@ func newFleetBench(t *testing.T, cfg fleetConfig) *fleetBench {
 	for i := 0; i < cfg.failing && n > 0; i++ {
 		failing[nodes.Items[(i+1)*n/(cfg.failing+1)].Name] = true // spread over the waves (name order)
 	}
-	for i := 1; len(stale) < cfg.stale && i < n; i++ {
-		if name := nodes.Items[i].Name; !failing[name] {
-			stale[name] = true // the first wave: silent for most of the run
+	for i := 0; i < cfg.stale && n > 0; i++ {
+		// Spread over the waves too, so agents die all through the rotation.
+		for j := (2*i + 1) * n / (2 * cfg.stale); j < n; j++ {
+			if name := nodes.Items[j].Name; !failing[name] && !stale[name] {
+				stale[name] = true
+				break
+			}
 		}
 	}
 	b.agents = newFleetAgents(b.c, b.cache, fleetID, fleetNS, nodes.Items, failing, stale, cfg.renew)
 	b.agents.start(ctx)
 	t.Cleanup(func() { cancel(); b.agents.wg.Wait() })
-	t.Logf("failing nodes %v, stale agents %v", slices.Sorted(maps.Keys(failing)), slices.Sorted(maps.Keys(stale)))
+	t.Logf("failing nodes %v, agents killed mid-rotation %v", slices.Sorted(maps.Keys(failing)), slices.Sorted(maps.Keys(stale)))
 	return b
 }
 
@@ -188,7 +204,7 @@ func (b *fleetBench) setup() {
 	}
 	eventually(t, 15*time.Minute, "every pod running and reported", func() (bool, string) {
 		running, _, _, _ := b.pods(0)
-		tasks := b.agents.reportedTasks()
+		tasks := b.agents.reportedTasks(false)
 		return running == b.cfg.workloads && tasks == b.cfg.workloads, fmt.Sprintf("%d pods running, %d reported", running, tasks)
 	})
 	t.Logf("%d Deployments running and reported in %s", b.cfg.workloads, time.Since(start).Round(time.Second))
@@ -239,8 +255,9 @@ func (b *fleetBench) singleRollouts(n int) []time.Duration {
 }
 
 // quiet waits until the operator is done with a phase: every NodeRuntime spec allows the
-// generation its node serves, and the RuntimeImage and NodeProfile kept their
-// resourceVersion for 5 s. A snapshot then holds what one phase cost.
+// generation its node serves (but on nodes the rotation went on without), and the
+// RuntimeImage and NodeProfile kept their resourceVersion for 5 s. A snapshot then holds
+// what one phase cost.
 func (b *fleetBench) quiet(when string) {
 	ctx, last, since, start := context.Background(), "", time.Now(), time.Now()
 	for {
@@ -252,7 +269,9 @@ func (b *fleetBench) quiet(when string) {
 			for _, d := range n.Spec.Runtimes {
 				allowed[d.AllowedGeneration]++
 				for _, e := range n.Status.Runtimes {
-					if e.ID == d.ID && e.State == string(vocab.StateReady) && d.AllowedGeneration != e.Generation {
+					// A node left out keeps its allowance and never serves it: waiting
+					// for it would only spend the 3 minutes below.
+					if e.ID == d.ID && e.State == string(vocab.StateReady) && d.AllowedGeneration != e.Generation && !b.agents.left(n.Name) {
 						behind++
 					}
 				}
@@ -272,7 +291,8 @@ func (b *fleetBench) quiet(when string) {
 }
 
 // pods counts the runtime's running pods; against generation gen, those still on an older
-// one and those on excluded (failing) nodes, which serve the older one by design; and those
+// one and those on excluded nodes (failing, or whose agent was killed), which serve the
+// older one by design, restarted pods landing there too (kwok keeps the node Ready); and those
 // not Ready (kube-controller-manager marks a NotReady node's pods so, and kwok's stages never
 // make a Running pod Ready again).
 func (b *fleetBench) pods(gen int64) (running, old, onExcluded, unready int) {
@@ -287,9 +307,8 @@ func (b *fleetBench) pods(gen int64) (running, old, onExcluded, unready int) {
 		if !slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue }) {
 			unready++
 		}
-		n := b.agents.byName[p.Spec.NodeName]
 		switch g, known := b.agents.podGeneration(p); {
-		case n != nil && n.fail:
+		case b.agents.left(p.Spec.NodeName):
 			onExcluded++
 		case !known || g < gen:
 			old++
@@ -312,14 +331,24 @@ func (b *fleetBench) notReadyNodes() int {
 	return n
 }
 
-// fleetWatch records, from informer events, when the target generation and RotationComplete
-// were first seen, and when each opted-in Deployment got the barrier and finished rolling out.
+// fleetWatch records, from informer events, when the target generation, RotationComplete
+// and a restart halt were first seen, and when each opted-in Deployment got the barrier and
+// finished rolling out.
 type fleetWatch struct {
 	mu                    sync.Mutex
 	target                int64
-	gen, complete         time.Time
+	gen, complete, halted time.Time
 	patched, rolled       map[string]time.Time
 	inFlight, maxInFlight int
+	excluded              brewletv1.RotationNodeCounts // the node counts RotationComplete came with
+}
+
+// retarget follows generation gen from now on: each phase's figures start from nothing.
+func (d *fleetWatch) retarget(gen int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.target, d.gen, d.complete, d.halted, d.excluded = gen, time.Time{}, time.Time{}, time.Time{}, brewletv1.RotationNodeCounts{}
+	d.patched, d.rolled, d.inFlight, d.maxInFlight = map[string]time.Time{}, map[string]time.Time{}, 0, 0
 }
 
 func (d *fleetWatch) observeRI(obj any) {
@@ -333,8 +362,15 @@ func (d *fleetWatch) observeRI(obj any) {
 	if d.gen.IsZero() {
 		d.gen = now
 	}
-	if r := ri.Status.Rotation; d.complete.IsZero() && r != nil && r.Target.Generation == d.target && r.RotationCompletedAt != nil {
-		d.complete = now
+	r := ri.Status.Rotation
+	if r == nil || r.Target.Generation != d.target {
+		return
+	}
+	if d.complete.IsZero() && r.RotationCompletedAt != nil {
+		d.complete, d.excluded = now, r.Nodes
+	}
+	if d.halted.IsZero() && r.RestartsHalted != nil {
+		d.halted = now
 	}
 }
 
@@ -362,23 +398,22 @@ func (d *fleetWatch) observe(obj any) {
 }
 
 type fleetTimeline struct {
-	start, gen, nodes, complete, done      time.Time
-	maxSize, endSize, maxRecordsInProgress int
-	maxNotReady, maxUnready                int
-	maxRSS                                 int64
-	outcomes                               map[string]int
+	start, gen, nodes, lastKill, complete, done time.Time
+	maxSize, endSize, maxRecordsInProgress      int
+	maxNotReady, maxUnready, onStale            int
+	maxRSS                                      int64
+	outcomes                                    map[string]int
+	excluded                                    brewletv1.RotationNodeCounts // at RotationComplete
 }
 
 // rotate changes the digest and follows the rotation until the operator restarted every
 // workload that needed it and every pod runs the new generation.
 func (b *fleetBench) rotate() fleetTimeline {
 	t := b.t
-	b.deps.mu.Lock()
-	b.deps.target = 2
-	b.deps.mu.Unlock()
+	b.deps.retarget(2)
 	b.agents.maxInstalling.Store(b.agents.installing.Load())
 	b.agents.unstaged.Store(0)
-	tl := fleetTimeline{start: time.Now()}
+	tl := fleetTimeline{start: time.Now(), onStale: b.agents.reportedTasks(true)}
 	updateRI(t, b.c, fleetID, func(ri *brewletv1.RuntimeImage) { ri.Spec.Source.Image = fleetImage(2) })
 	deadline := tl.start.Add(20 * time.Minute)
 	for {
@@ -391,26 +426,34 @@ func (b *fleetBench) rotate() fleetTimeline {
 		_, _, _, unready := b.pods(2)
 		tl.maxNotReady, tl.maxUnready = max(tl.maxNotReady, b.notReadyNodes()), max(tl.maxUnready, unready)
 		b.deps.mu.Lock()
-		complete := b.deps.complete
-		tl.gen = b.deps.gen
+		complete, halted := b.deps.complete, b.deps.halted
+		tl.gen, tl.excluded = b.deps.gen, b.deps.excluded
 		b.deps.mu.Unlock()
 		c := b.agents.counts(2)
 		if tl.nodes.IsZero() && c.healthyOn == c.healthy {
 			tl.nodes = c.last
 		}
+		tl.lastKill = c.lastKill
 		st := ri.Status
 		if p := meta.FindStatusCondition(st.Conditions, string(vocab.ConditionRotationProgressing)); p != nil && p.Reason == string(vocab.ReasonRotationHalted) {
 			t.Fatalf("the rotation halted: %s", p.Message)
+		}
+		if !halted.IsZero() {
+			t.Fatalf("restarts onto generation 2 halted: healthy rollouts missed --rotation-restart-progress-deadline=%s, the machine is too loaded for the figures to mean anything: %s",
+				b.cfg.deadline, fleetConditions(ri))
 		}
 		if tl.complete.IsZero() && !complete.IsZero() {
 			tl.complete, deadline = complete, now.Add(20*time.Minute)
 			t.Logf("RotationComplete after %s: %s", complete.Sub(tl.start).Round(time.Second), fleetConditions(ri))
 		}
-		if tl.complete.IsZero() && !tl.nodes.IsZero() && c.failed == c.failing && now.Sub(tl.nodes) > b.cfg.stallGrace {
-			// Every healthy node serves generation 2 and the failing ones failed it within the
-			// budget: the rotation is complete without them (they are excluded).
-			t.Fatalf("RotationComplete still not set %s after every healthy node served generation 2 (%d excluded node(s) within rollout.maxFailures=%d): %s",
-				now.Sub(tl.nodes).Round(time.Second), c.failed, fleetMaxFailures, fleetConditions(ri))
+		// A killed agent's node is silent a stale period after its last renewal, and both
+		// controllers look again every stale period while the rotation is unfinished.
+		settled := maxTime(tl.nodes, c.lastKill.Add(2*fleetStaleAfter))
+		if tl.complete.IsZero() && !tl.nodes.IsZero() && c.failed == c.failing && c.killed == c.stale && now.Sub(settled) > b.cfg.stallGrace {
+			// Every healthy node serves generation 2, the failing ones failed it within the
+			// budget and the stuck ones are silent: the rotation is complete without them.
+			t.Fatalf("RotationComplete still not set %s after every healthy node served generation 2 and every killed agent's node could be found silent (%d failed within rollout.maxFailures=%d, %d agents killed): %s",
+				now.Sub(settled).Round(time.Second), c.failed, fleetMaxFailures, c.killed, fleetConditions(ri))
 		}
 		outcomes := map[string]int{}
 		if st.Rotation != nil && st.Rotation.RestartCounts != nil {
@@ -437,9 +480,9 @@ func (b *fleetBench) rotate() fleetTimeline {
 			if !tl.complete.IsZero() {
 				what = "the restarts did not finish"
 			}
-			t.Fatalf("%s within 20 minutes: %d of %d healthy nodes on generation 2, %d of %d failing nodes failed it; %d kwok nodes NotReady now (%d at most); "+
+			t.Fatalf("%s within 20 minutes: %d of %d healthy nodes on generation 2, %d of %d failing nodes failed it, %d of %d stale agents killed; %d kwok nodes NotReady now (%d at most); "+
 				"%d pods running, %d of them not Ready (%d at most), %d on an older generation, %d on excluded nodes; %d restarts in progress, %d pending; %s\noperator log:\n%s",
-				what, c.healthyOn, c.healthy, c.failed, c.failing, b.notReadyNodes(), tl.maxNotReady, running, unready, tl.maxUnready, old, excl, inProgress, pending,
+				what, c.healthyOn, c.healthy, c.failed, c.failing, c.killed, c.stale, b.notReadyNodes(), tl.maxNotReady, running, unready, tl.maxUnready, old, excl, inProgress, pending,
 				fleetConditions(ri), b.operatorLog())
 		}
 		time.Sleep(time.Second)
@@ -467,112 +510,4 @@ func (b *fleetBench) operatorLog() string {
 		return err.Error()
 	}
 	return string(out[max(0, len(out)-8192):])
-}
-
-// report prints the table (lines starting with "|", which `make bench` keeps).
-func (b *fleetBench) report(single []time.Duration, before, after fleetSnap, tl fleetTimeline) {
-	t := b.t
-	api := func(res, sub string, kv ...string) float64 {
-		return after.api.total(res, sub, kv...) - before.api.total(res, sub, kv...)
-	}
-	op := func(kv ...string) float64 { return after.op.total("", "", kv...) - before.op.total("", "", kv...) }
-	// The operator never deletes NodeRuntimes: the test and the garbage collector do.
-	riStatus, nrtSpec, npStatus := api("runtimeimages", "status"), api("noderuntimes", "")-api("noderuntimes", "", "verb", "DELETE"), api("nodeprofiles", "status")
-	depPatch := api("deployments", "", "verb", "PATCH")
-	conflicts := api("runtimeimages", "status", "code", "409") + api("noderuntimes", "", "code", "409") + api("nodeprofiles", "status", "code", "409")
-	evs := &eventsv1.EventList{}
-	must(t, b.c.List(context.Background(), evs))
-	opEvents := 0
-	for _, e := range evs.Items {
-		if e.ReportingController == "brewlet-operator" && !e.CreationTimestamp.Before(&metav1.Time{Time: tl.start.Truncate(time.Second)}) {
-			opEvents++
-		}
-	}
-	b.deps.mu.Lock()
-	patched, rolled := slices.SortedFunc(maps.Values(b.deps.patched), time.Time.Compare), slices.SortedFunc(maps.Values(b.deps.rolled), time.Time.Compare)
-	var rollouts []time.Duration
-	for n, p := range b.deps.patched {
-		if r, ok := b.deps.rolled[n]; ok {
-			rollouts = append(rollouts, r.Sub(p))
-		}
-	}
-	maxInFlight := b.deps.maxInFlight
-	b.deps.mu.Unlock()
-	// With 5 slots, patch i waits for rollout i-5 to finish: the gap is the operator's turn.
-	var handoffs []time.Duration
-	for i := fleetMaxConcurrent; i < len(patched) && i-fleetMaxConcurrent < len(rolled); i++ {
-		handoffs = append(handoffs, patched[i].Sub(rolled[i-fleetMaxConcurrent]))
-	}
-	slices.Sort(rollouts)
-	slices.Sort(handoffs)
-	restarted, first, last := len(rolled), tl.complete, tl.complete
-	if len(rolled) > 0 {
-		first, last = patched[0], rolled[len(rolled)-1]
-	}
-	since := func(at time.Time) string { return at.Sub(tl.start).Round(100 * time.Millisecond).String() }
-	excludedNote := fmt.Sprintf("%d failing node(s) excluded; %d Deployment(s) deferred (their pod is on one)", b.cfg.failing, tl.outcomes[restarts.OutcomeDeferred])
-	slots := math.Ceil(float64(restarted) / fleetMaxConcurrent)
-	one, phase := single[len(single)/2], last.Sub(tl.complete)
-	ideal := time.Duration(slots) * one
-	agentWrites := float64(after.status - before.status)
-	opWrites := riStatus + nrtSpec + npStatus + depPatch + float64(opEvents)
-	reconciles := map[string]float64{}
-	for _, c := range []string{"runtimeimage", "nodeprofile", "rotationrestarts"} {
-		reconciles[c] = op("controller", c, "metric", "controller_runtime_reconcile_total")
-	}
-	passTime := func(c string) string {
-		sum, n := op("controller", c, "metric", "controller_runtime_reconcile_time_seconds_sum"), op("controller", c, "metric", "controller_runtime_reconcile_time_seconds_count")
-		return time.Duration(sum / n * float64(time.Second)).Round(time.Millisecond).String()
-	}
-	pct := func(d []time.Duration, p int) string {
-		if len(d) == 0 {
-			return "—"
-		}
-		return d[min(len(d)-1, len(d)*p/100)].Round(10 * time.Millisecond).String()
-	}
-	var s strings.Builder
-	fmt.Fprintf(&s, "\n| fleet rotation: %d kwok nodes (%d failing, %d stale agents), %d opted-in Deployments; maxUnavailable %s, maxFailures %d, maxConcurrent %d; minReadySeconds %s; Lease renewal %s | value | note |\n|---|---|---|\n",
-		b.cfg.nodes, b.cfg.failing, b.cfg.stale, b.cfg.workloads, fleetMaxUnavail, fleetMaxFailures, fleetMaxConcurrent, b.cfg.minReady, b.cfg.renew)
-	row := func(k, note, format string, v ...any) {
-		fmt.Fprintf(&s, "| %s | %s | %s |\n", k, fmt.Sprintf(format, v...), note)
-	}
-	row("generation 2 assigned", "from the digest edit (all times below too)", "%s", since(tl.gen))
-	row("every healthy node serves generation 2", fmt.Sprintf("%d nodes, installs of 1–5 s", b.cfg.nodes-b.cfg.failing), "%s", since(tl.nodes))
-	row("nodes installing at once (max)", fmt.Sprintf("maxUnavailable %s of %d", fleetMaxUnavail, b.cfg.nodes), "%d", b.agents.maxInstalling.Load())
-	row("installs on allowedGeneration 0", "0 reads as \"current\": outside any wave (must be 0)", "%d", b.agents.unstaged.Load())
-	row("RotationComplete", excludedNote, "%s", since(tl.complete))
-	row("first barrier patch", "after RotationComplete", "%s", first.Sub(tl.complete).Round(100*time.Millisecond))
-	row("every opted-in Deployment restarted and rolled out", fmt.Sprintf("%d restarted; restart phase %s; every pod on generation 2 at %s", restarted, phase.Round(time.Second), since(tl.done)),
-		"%s", since(last))
-	row("kwok nodes NotReady / running pods not Ready (max)", "the machine's load: kwok misses heartbeats, never re-readies pods", "%d / %d", tl.maxNotReady, tl.maxUnready)
-	row("restarts in progress at once (max)", fmt.Sprintf("on the Deployments; %d in status records", tl.maxRecordsInProgress), "%d", maxInFlight)
-	row("one rollout alone (median of 3)", fmt.Sprintf("probe, template change: %v", single), "%s", one.Round(10*time.Millisecond))
-	row("a restart's rollout in the run (median / p90)", "barrier seen to rolled out", "%s / %s", pct(rollouts, 50), pct(rollouts, 90))
-	row("slot handoff (median / p90)", "a rollout done to the next barrier patch", "%s / %s", pct(handoffs, 50), pct(handoffs, 90))
-	row("ideal: ceil(restarted/5) × one rollout", fmt.Sprintf("%.0f slots", slots), "%s", ideal.Round(time.Second))
-	row("restart phase / ideal", "issue 11 asks ≤ 1.2×", "%.2f×", phase.Seconds()/ideal.Seconds())
-	if len(rollouts) > 0 {
-		row("restart phase / (ceil(W/5) × median rollout in the run)", "the same, rollouts slowed by the load left out", "%.2f×", phase.Seconds()/(slots*rollouts[len(rollouts)/2].Seconds()))
-	}
-	row("operator writes: RuntimeImage status", "RuntimeImage and restart controllers", "%.0f", riStatus)
-	row("operator writes: NodeRuntime spec", fmt.Sprintf("%d nodes", b.cfg.nodes), "%.0f", nrtSpec)
-	row("operator writes: NodeProfile status", "", "%.0f", npStatus)
-	row("operator writes: Deployment patches", "only the operator patches Deployments", "%.0f", depPatch)
-	row("operator writes: Events", "events.k8s.io objects it reported", "%d", opEvents)
-	row("operator write conflicts (409)", "included above", "%.0f", conflicts)
-	row("changes: agent status writes + restarted workloads", "what the operator reacts to", "%.0f + %d", agentWrites, restarted)
-	row("operator writes per change", fmt.Sprintf("%.0f writes; O(nodes × passes) would be %d × %.0f", opWrites, b.cfg.nodes, reconciles["runtimeimage"]+reconciles["nodeprofile"]+reconciles["rotationrestarts"]),
-		"%.2f", opWrites/(agentWrites+float64(restarted)))
-	row("operator passes: runtimeimage / nodeprofile / rotationrestarts", fmt.Sprintf("mean pass %s / %s / %s", passTime("runtimeimage"), passTime("nodeprofile"), passTime("rotationrestarts")),
-		"%.0f / %.0f / %.0f", reconciles["runtimeimage"], reconciles["nodeprofile"], reconciles["rotationrestarts"])
-	row("operator memory: VmHWM / max VmRSS in the rotation", "", "%d / %d MiB", procKiB(b.pid, "VmHWM")/1024, tl.maxRSS/1024)
-	row("operator CPU", fmt.Sprintf("over %s", after.at.Sub(before.at).Round(time.Second)), "%s", (after.cpu - before.cpu).Round(100*time.Millisecond))
-	row("RuntimeImage JSON: end / max", fmt.Sprintf("restart counts in status: %v", tl.outcomes), "%d / %d bytes", tl.endSize, tl.maxSize)
-	row("load generator writes: Lease / status", fmt.Sprintf("%d errors", b.agents.errs.Load()), "%d / %d", after.leases-before.leases, after.status-before.status)
-	t.Log(s.String())
-	fmt.Print(s.String())
-	t.Logf("API server writes during the rotation, every client (verb group/resource/subresource code):\n%s", after.api.writes(before.api))
-	if v := b.agents.lastErr.Load(); v != nil {
-		t.Logf("load generator: %d errors, last: %v", b.agents.errs.Load(), v)
-	}
 }

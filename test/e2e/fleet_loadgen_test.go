@@ -41,8 +41,10 @@ const fleetPodNode = "spec.nodeName"
 // holds its node's Lease, installs what its NodeRuntime spec allows (allowedGeneration 0
 // meaning the RuntimeImage's current generation, which is how the agent reads it), keeps
 // reporting the generation it serves while it installs the next one, and writes its
-// NodeRuntime status only when what it reports changes. Nodes are split among a fixed number
-// of workers, each owning its nodes, so a node is never written by two goroutines.
+// NodeRuntime status only when what it reports changes. A stale agent is killed as its wave
+// lets it install a generation after its first: its Lease and its reports stop, so its node
+// is stuck mid-rotation. Nodes are split among a fixed number of workers, each owning its
+// nodes, so a node is never written by two goroutines.
 type fleetAgents struct {
 	c       client.Client
 	cache   cache.Cache
@@ -63,12 +65,13 @@ type fakeAgent struct {
 	uid, podUID types.UID
 	fail, stale bool
 
-	mu     sync.Mutex // what the test reads while the worker runs
-	dead   bool
-	gen    int64     // generation served
-	since  time.Time // when it started serving gen
-	failed int64     // generation refused (failedGeneration)
-	podGen map[types.UID]int64
+	mu       sync.Mutex // what the test reads while the worker runs
+	dead     bool
+	killedAt time.Time
+	gen      int64     // generation served
+	since    time.Time // when it started serving gen
+	failed   int64     // generation refused (failedGeneration)
+	podGen   map[types.UID]int64
 
 	install int64 // generation being installed
 	readyAt time.Time
@@ -140,6 +143,10 @@ func (f *fleetAgents) step(ctx context.Context, n *fakeAgent, ri *brewletv1.Runt
 		want = allowed
 	}
 	if want > n.gen && want != n.failed && want != n.install {
+		if n.stale && n.gen > 0 {
+			n.kill(now) // mid-rotation: allowed the new generation, never to report it
+			return
+		}
 		if n.install == 0 {
 			f.maxInstalling.Store(max(f.maxInstalling.Load(), f.installing.Add(1)))
 		}
@@ -168,11 +175,6 @@ func (f *fleetAgents) step(ctx context.Context, n *fakeAgent, ri *brewletv1.Runt
 		return
 	}
 	n.written = &st
-	if n.stale && n.gen > 1 {
-		n.mu.Lock()
-		n.dead = true // the agent dies right after reporting the rotated generation
-		n.mu.Unlock()
-	}
 }
 
 // status is what the node's agent reports: its runtime entry and one task per running
@@ -283,11 +285,27 @@ func (n *fakeAgent) isDead() bool {
 	return n.dead
 }
 
+// kill stops the agent for good, as a node's agent pod killed and never replaced: no more
+// Lease renewals, no more reports.
+func (n *fakeAgent) kill(now time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.dead, n.killedAt = true, now
+}
+
+// left reports whether the rotation goes on without node: it refuses new generations, or
+// its agent was killed (the operator finds it silent).
+func (f *fleetAgents) left(node string) bool {
+	n := f.byName[node]
+	return n != nil && (n.fail || n.isDead())
+}
+
 // fleetCounts is where the nodes stand against generation gen; last is when the last
-// healthy node started serving it.
+// healthy node started serving it, lastKill when the last stale agent was killed. Healthy
+// nodes are neither failing nor stale.
 type fleetCounts struct {
-	healthy, healthyOn, failing, failed int
-	last                                time.Time
+	healthy, healthyOn, failing, failed, stale, killed int
+	last, lastKill                                     time.Time
 }
 
 func (f *fleetAgents) counts(gen int64) fleetCounts {
@@ -299,6 +317,12 @@ func (f *fleetAgents) counts(gen int64) fleetCounts {
 			c.failing++
 			if n.failed >= gen {
 				c.failed++
+			}
+		case n.stale:
+			c.stale++
+			if n.dead {
+				c.killed++
+				c.lastKill = maxTime(c.lastKill, n.killedAt)
 			}
 		default:
 			c.healthy++
@@ -327,12 +351,15 @@ func (f *fleetAgents) podGeneration(p *corev1.Pod) (int64, bool) {
 	return n.gen, n.dead && n.gen > 0
 }
 
-// reportedTasks counts the tasks in the statuses last written.
-func (f *fleetAgents) reportedTasks() int {
+// reportedTasks counts the tasks in the statuses last written, on every node or (stale)
+// on the stale agents' nodes only.
+func (f *fleetAgents) reportedTasks(stale bool) int {
 	total := 0
 	for _, n := range f.nodes {
 		n.mu.Lock()
-		total += len(n.podGen)
+		if !stale || n.stale {
+			total += len(n.podGen)
+		}
 		n.mu.Unlock()
 	}
 	return total
