@@ -30,28 +30,22 @@ func TestAgentStartupTaintHoldsPodsUntilTheRuntimeIsReady(t *testing.T) {
 	w := newAgentWorldWith(t, framework.ControlPlaneOptions{Scheduler: true})
 	c := w.cp.Client
 	ctx := context.Background()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	startup := corev1.Taint{Key: vocab.TaintRuntimeNotReady, Effect: corev1.TaintEffectNoSchedule}
 	other := corev1.Taint{Key: "example.com/dedicated", Value: "brewlet", Effect: corev1.TaintEffectPreferNoSchedule}
 
 	// The node as Karpenter registers it from a NodePool whose template carries the labels
 	// and startupTaints of docs/install.md, with room for pods.
 	node := &corev1.Node{}
-	must(c.Get(ctx, client.ObjectKey{Name: w.nodeName}, node))
+	must(t, c.Get(ctx, client.ObjectKey{Name: w.nodeName}, node))
 	node.Labels[vocab.LabelRuntime] = vocab.LabelValueReady
 	node.Labels[vocab.RuntimeLabel(pyID)] = vocab.LabelValueReady
 	node.Spec.Taints = []corev1.Taint{startup, other}
-	must(c.Update(ctx, node))
+	must(t, c.Update(ctx, node))
 	capacity := corev1.ResourceList{corev1.ResourcePods: resource.MustParse("10"), corev1.ResourceCPU: resource.MustParse("2"),
 		corev1.ResourceMemory: resource.MustParse("4Gi")}
 	node.Status = corev1.NodeStatus{Capacity: capacity, Allocatable: capacity,
 		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), Reason: "KubeletReady"}}}
-	must(c.Status().Update(ctx, node))
+	must(t, c.Status().Update(ctx, node))
 
 	proxy := startStallProxy(t, w.reg.Addr)
 	_, path, _ := strings.Cut(w.refs["python1"], "/")
@@ -63,12 +57,12 @@ func TestAgentStartupTaintHoldsPodsUntilTheRuntimeIsReady(t *testing.T) {
 
 	// The pod the scale-up was for, with the per-ID selector pod admission gives it (no
 	// controller-manager here: its service account is made by hand).
-	must(c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "default"}}))
+	must(t, c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "default"}}))
 	rc := vocab.RuntimeClassName
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "default"}, Spec: corev1.PodSpec{
 		RuntimeClassName: &rc, NodeSelector: map[string]string{vocab.RuntimeLabel(pyID): vocab.LabelValueReady},
 		Containers: []corev1.Container{{Name: "app", Image: "registry.example/app@sha256:" + strings.Repeat("a", 64)}}}}
-	must(c.Create(ctx, pod))
+	must(t, c.Create(ctx, pod))
 	unscheduled := func() (bool, string) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
 			return false, err.Error()
@@ -106,11 +100,11 @@ func TestAgentStartupTaintHoldsPodsUntilTheRuntimeIsReady(t *testing.T) {
 		return len(nrt.Status.Runtimes) == 1 && nrt.Status.Runtimes[0].State == string(vocab.StateInstalling), fmt.Sprintf("%+v", nrt.Status.Runtimes)
 	})
 	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
-		must(c.Get(ctx, client.ObjectKey{Name: w.nodeName}, node))
+		must(t, c.Get(ctx, client.ObjectKey{Name: w.nodeName}, node))
 		if !slices.ContainsFunc(node.Spec.Taints, func(tn corev1.Taint) bool { return tn.Key == startup.Key }) {
 			t.Fatalf("startup taint removed while the runtime was installing: %+v", node.Spec.Taints)
 		}
-		must(c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
+		must(t, c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
 		if pod.Spec.NodeName != "" {
 			t.Fatalf("pod bound to %s while the runtime was installing", pod.Spec.NodeName)
 		}
@@ -125,7 +119,7 @@ func TestAgentStartupTaintHoldsPodsUntilTheRuntimeIsReady(t *testing.T) {
 	})
 	// The agent reports and labels before it removes the taint: by the time the pod could
 	// be bound, the runtime was ready and authorized.
-	must(c.Get(ctx, client.ObjectKey{Name: w.nodeName}, nrt))
+	must(t, c.Get(ctx, client.ObjectKey{Name: w.nodeName}, nrt))
 	if len(nrt.Status.Runtimes) != 1 || nrt.Status.Runtimes[0].State != string(vocab.StateReady) {
 		t.Errorf("pod bound with NodeRuntime %+v", nrt.Status.Runtimes)
 	}
@@ -133,7 +127,7 @@ func TestAgentStartupTaintHoldsPodsUntilTheRuntimeIsReady(t *testing.T) {
 	if err != nil || auth.Check(time.Now()) != nil {
 		t.Errorf("pod bound without an authorization on the node: %+v, %v", auth, err)
 	}
-	must(c.Get(ctx, client.ObjectKey{Name: w.nodeName}, node))
+	must(t, c.Get(ctx, client.ObjectKey{Name: w.nodeName}, node))
 	if len(node.Spec.Taints) != 1 || node.Spec.Taints[0].Key != other.Key || node.Labels[vocab.LabelRuntime] != vocab.LabelValueReady {
 		t.Errorf("node after release: taints %+v labels %v (only the startup taint may go)", node.Spec.Taints, node.Labels)
 	}

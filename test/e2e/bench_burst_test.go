@@ -75,14 +75,16 @@ var (
 	stepField      = regexp.MustCompile(`([a-z-]+)=([0-9.]+(?:ns|µs|us|ms|s))`)
 )
 
-// shimSteps reads containerd's log and returns, per container ID, the time of each step.
-func shimSteps(t *testing.T, logPath string) map[string]map[string]time.Duration {
+// shimSteps reads containerd's log and returns, per container ID, the time of each step,
+// and the steps in the order a create passes them (as the shim logs them).
+func shimSteps(t *testing.T, logPath string) (map[string]map[string]time.Duration, []string) {
 	f, err := os.Open(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = f.Close() }()
 	out := map[string]map[string]time.Duration{}
+	var order []string
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -94,20 +96,20 @@ func shimSteps(t *testing.T, logPath string) map[string]map[string]time.Duration
 		for _, f := range stepField.FindAllStringSubmatch(m[1], -1) {
 			if d, err := time.ParseDuration(f[2]); err == nil {
 				steps[f[1]] = d
+				if !slices.Contains(order, f[1]) {
+					order = append(order, f[1])
+				}
 			}
 		}
 		out[m[2]] = steps
 	}
-	return out
+	return out, order
 }
-
-// stepOrder is the order in which a create passes its steps (internal/shim/create.go).
-var stepOrder = []string{"spec-check", "launch", "image", "authorization", "lease", "validate-app", "recheck", "compose", "runc-create"}
 
 // stepProfile is the table of where a brewlet create's time goes: the median of each step
 // over the warm one-at-a-time creates and over the burst's, and the burst's slowest; the
 // remainder of CRI create+start (containerd, runc start) as its own line.
-func stepProfile(all map[string]map[string]time.Duration, k int, single, burst []string, singleTotal, burstTotal []time.Duration) string {
+func stepProfile(all map[string]map[string]time.Duration, order []string, k int, single, burst []string, singleTotal, burstTotal []time.Duration) string {
 	col := func(ids []string, step string) []time.Duration {
 		var ds []time.Duration
 		for _, id := range ids {
@@ -125,7 +127,7 @@ func stepProfile(all map[string]map[string]time.Duration, k int, single, burst [
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n| brewlet create step | one at a time (median of %d) | %d at once (median) | %d at once (slowest) |\n|---|---|---|---|\n", len(single), k, k)
-	for _, st := range stepOrder {
+	for _, st := range order {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", st, fmtd(col(single, st), 0.5), fmtd(col(burst, st), 0.5), fmtd(col(burst, st), 1))
 	}
 	fmt.Fprintf(&b, "| CRI create+start in all | %s | %s | %s |\n", fmtd(singleTotal, 0.5), fmtd(burstTotal, 0.5), fmtd(burstTotal, 1))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,20 +14,6 @@ import (
 	"brewlet.sh/brewlet/test/benchratio"
 	"brewlet.sh/brewlet/test/framework"
 )
-
-// benchInt reads a positive count from the environment, or def.
-func benchInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
-
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
 
 func mean(xs []int) float64 {
 	sum := 0
@@ -49,12 +34,7 @@ func ratioRow(metric string, m [2][]float64, unit func(float64) string, target s
 	for i := range m[0] {
 		ratios[i] = m[1][i] / m[0][i]
 	}
-	med := func(xs []float64) float64 {
-		s := slices.Clone(xs)
-		slices.Sort(s)
-		return s[len(s)/2]
-	}
-	return benchratio.Row{Metric: metric, Stock: unit(med(m[0])), Brewlet: unit(med(m[1])), Target: target, Ratio: benchratio.Of(ratios)}
+	return benchratio.Row{Metric: metric, Stock: unit(benchratio.Of(m[0]).Median), Brewlet: unit(benchratio.Of(m[1]).Median), Target: target, Ratio: benchratio.Of(ratios)}
 }
 
 // benchGuard prints the rows as the table docs/benchmarks.md keeps and fails the bench for

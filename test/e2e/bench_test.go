@@ -34,12 +34,13 @@ import (
 // where a brewlet create's time goes, step by step, from the shim's own log. It asserts
 // nothing about timings. Run with `make bench`.
 func TestBenchShim(t *testing.T) {
-	pods, reps, k := benchInt("BENCH_PODS", 10), benchInt("BENCH_REPS", 5), benchInt("BENCH_CONCURRENT", 20)
+	pods, reps, k := envInt("BENCH_PODS", 10), envInt("BENCH_REPS", 5), envInt("BENCH_CONCURRENT", 20)
 	cli := buildCLI(t)
 	var first, warm, pss, p50, p99 [2][]float64 // [stock, brewlet] per repetition
 	var single, burst []string                  // brewlet container IDs, for the step profile
 	var singleTotal, burstTotal []time.Duration
 	steps := map[string]map[string]time.Duration{}
+	var stepNames []string
 	for rep := range reps {
 		t.Run(fmt.Sprintf("rep%d", rep), func(t *testing.T) {
 			s := newShimBench(t, cli)
@@ -58,15 +59,17 @@ func TestBenchShim(t *testing.T) {
 			}
 			for h := range 2 {
 				first[h] = append(first[h], float64(r[h].first))
-				warm[h] = append(warm[h], float64(median(r[h].warm)))
+				warm[h] = append(warm[h], float64(medianOf(r[h].warm)))
 				pss[h] = append(pss[h], mean(r[h].pssKiB))
 				p50[h] = append(p50[h], float64(percentile(bursts[h], 0.5)))
 				p99[h] = append(p99[h], float64(percentile(bursts[h], 0.99)))
 			}
 			single, singleTotal = append(single, r[1].warmIDs...), append(singleTotal, r[1].warm...)
-			for id, st := range shimSteps(t, s.n.Containerd.LogPath) {
+			byID, names := shimSteps(t, s.n.Containerd.LogPath)
+			for id, st := range byID {
 				steps[id] = st
 			}
+			stepNames = names
 		})
 	}
 	benchGuard(t, fmt.Sprintf("shim (%d pods per handler, %d at once, %d repetitions)", pods, k, reps), []benchratio.Row{
@@ -76,7 +79,7 @@ func TestBenchShim(t *testing.T) {
 		ratioRow(fmt.Sprintf("shim: %d creates at once, p50", k), p50, dur, "≤ 1.1×"),
 		ratioRow(fmt.Sprintf("shim: %d creates at once, p99", k), p99, dur, "≤ 1.1×"),
 	})
-	prof := stepProfile(steps, k, single, burst, singleTotal, burstTotal)
+	prof := stepProfile(steps, stepNames, k, single, burst, singleTotal, burstTotal)
 	t.Log(prof)
 	fmt.Print(prof)
 }
@@ -211,7 +214,7 @@ func shimPSS(t *testing.T, nodeDir, handler string) []int {
 // (BENCH_REPS, default 5) has a node of its own, so both start cold; which goes first
 // alternates.
 func TestBenchInstall(t *testing.T) {
-	reps := benchInt("BENCH_REPS", 5)
+	reps := envInt("BENCH_REPS", 5)
 	var cold, rotation [2][]float64 // [ctr, brewlet]
 	for rep := range reps {
 		t.Run(fmt.Sprintf("rep%d", rep), func(t *testing.T) {

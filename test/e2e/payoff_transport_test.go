@@ -99,14 +99,13 @@ func (p *payoff) concurrent(conv, brew *payWay) string {
 		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 		lat[w.handler] = ds
 	}
-	pct := func(ds []time.Duration, q float64) time.Duration { return ds[int(q*float64(len(ds)-1)+0.5)] }
 	var s strings.Builder
 	fmt.Fprintf(&s, "\n| %d containers created+started at once (pods running, image pulled) | runc, conventional image | brewlet, artifact | ratio |\n|---|---|---|---|\n", k)
 	for _, q := range []struct {
 		label string
 		q     float64
 	}{{"p50", 0.5}, {fmt.Sprintf("p99 (of %d: the slowest)", k), 0.99}} {
-		r, b := pct(lat["runc"], q.q), pct(lat[vocab.RuntimeClassName], q.q)
+		r, b := percentile(lat["runc"], q.q), percentile(lat[vocab.RuntimeClassName], q.q)
 		fmt.Fprintf(&s, "| %s | %s | %s | %.2f× |\n", q.label, r.Round(time.Millisecond), b.Round(time.Millisecond), float64(b)/float64(r))
 	}
 	return s.String()
