@@ -45,6 +45,10 @@ mkdir -p "$DEBS"
 
 brewlet=$work/brewlet
 (cd "$root" && go build -o "$brewlet" ./cmd/brewlet)
+# BREWLET_INSECURE_REGISTRY=1: the registry is reached in plain HTTP although it is not on
+# loopback (a test cluster's registry on a private address).
+build_flags=()
+if [ "${BREWLET_INSECURE_REGISTRY:-}" = 1 ]; then build_flags=(--insecure); fi
 
 accounts() { # ROOT: the runtime's account files and home
   mkdir -p "$1/etc" "$1/home/app" "$1/tmp"
@@ -62,7 +66,7 @@ build_busybox() {
   accounts "$r"
   log "busybox runtime"
   local ref
-  ref=$("$brewlet" runtime build "$reg/runtimes/busybox:1" --rootfs "$r" --uid 10001 --gid 10001 --env PATH=/bin | tail -1)
+  ref=$("$brewlet" runtime build "${build_flags[@]}" "$reg/runtimes/busybox:1" --rootfs "$r" --uid 10001 --gid 10001 --env PATH=/bin | tail -1)
   echo "busybox=$ref"
 }
 
@@ -235,7 +239,7 @@ build_pair() {
     mkdir -p "$meta/usr/local/bin"
     release_file "$meta" "$g" "$name" "${deps[@]}" "${pins[@]}"
     log "$name generation $g ($suite): ${pins[*]}"
-    ref=$("$brewlet" runtime build "$reg/runtimes/$repo:$g" --rootfs "$base" --rootfs "$rt" --rootfs "$meta" \
+    ref=$("$brewlet" runtime build "${build_flags[@]}" "$reg/runtimes/$repo:$g" --rootfs "$base" --rootfs "$rt" --rootfs "$meta" \
       --uid 10001 --gid 10001 "$@" | tail -1)
     if [[ $g == 1 ]]; then echo "$out1=$ref"; else echo "$out2=$ref"; fi
   done
@@ -307,7 +311,7 @@ build_static() {
     chmod 1777 "$meta/tmp"
     release_file "$meta" "$g" static "${pins[@]}"
     log "static generation $g ($suite): ${pins[*]}"
-    ref=$("$brewlet" runtime build "$reg/runtimes/static:$g" --rootfs "$r" --rootfs "$meta" \
+    ref=$("$brewlet" runtime build "${build_flags[@]}" "$reg/runtimes/static:$g" --rootfs "$r" --rootfs "$meta" \
       --uid 65532 --gid 65532 | tail -1)
     echo "static-$g=$ref"
   done

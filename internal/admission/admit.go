@@ -82,7 +82,8 @@ func Approval(ri *brewletv1.RuntimeImage) error {
 // UnknownRuntimeImage, RuntimeImageRevoked), root identities (RootNotSupported) and
 // privileges (PrivilegeNotSupported) of the pod and of every init, regular and ephemeral
 // container. Mutations on an admitted pod: required node affinity on
-// vocab.RuntimeLabel(id) in [ready, available] ANDed into every nodeSelectorTerm, and
+// vocab.RuntimeLabel(id) in [ready, available] ANDed into every nodeSelectorTerm (and, for
+// a pod a rotation restart created, the nodes that rotation excluded: avoidExcludedNodes), and
 // pod-level runAsUser/runAsGroup defaulted from spec.user where the pod leaves them unset.
 // Pod Security: contradictions of what the node enforces are refused (podSecurityViolations)
 // and the fields restricted checks are filled where unset (applyPodSecurity).
@@ -119,6 +120,7 @@ func Admit(pod *corev1.Pod, ri *brewletv1.RuntimeImage) Decision {
 	}
 	out := pod.DeepCopy()
 	requireRuntimeLabel(out, id)
+	avoidExcludedNodes(out, ri)
 	defaultIdentity(out, ri.Spec.User)
 	applyPodSecurity(out)
 	d.Pod = out

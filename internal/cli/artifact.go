@@ -126,7 +126,7 @@ func (o *pushOpts) run(cmd *cobra.Command, refStr string) error {
 		imgs, plats = append(imgs, img), append(plats, p)
 	}
 	ch, wait := progress(cmd.ErrOrStderr(), "pushing")
-	opts := registry.Options(cmd.Context(), remote.WithProgress(ch))
+	opts := registry.Options(cmd.Context(), o.insecure, remote.WithProgress(ch))
 	var digest v1.Hash
 	if len(imgs) == 1 {
 		err = remote.Write(ref, imgs[0], opts...)
@@ -154,7 +154,7 @@ func fetchImages(cmd *cobra.Command, refStr string, insecure bool) ([]v1.Image, 
 	if err != nil {
 		return nil, err
 	}
-	desc, err := remote.Get(ref, registry.Options(cmd.Context())...)
+	desc, err := remote.Get(ref, registry.Options(cmd.Context(), insecure)...)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s: %w", ref, err)
 	}

@@ -113,7 +113,7 @@ func (o *runtimeBuildOpts) run(cmd *cobra.Command, refStr string) error {
 		return err
 	}
 	ch, wait := progress(cmd.ErrOrStderr(), "pushing")
-	err = remote.Write(ref, img, registry.Options(cmd.Context(), remote.WithProgress(ch))...)
+	err = remote.Write(ref, img, registry.Options(cmd.Context(), o.insecure, remote.WithProgress(ch))...)
 	wait()
 	if err != nil {
 		return fmt.Errorf("push %s: %w", ref, err)

@@ -172,7 +172,7 @@ func Push(ctx context.Context, idx v1.ImageIndex, repo, tag string, insecure boo
 	if err != nil {
 		return "", err
 	}
-	if err := remote.WriteIndex(ref, idx, registry.Options(ctx)...); err != nil {
+	if err := remote.WriteIndex(ref, idx, registry.Options(ctx, insecure)...); err != nil {
 		return "", fmt.Errorf("push %s: %w", ref, err)
 	}
 	d, err := idx.Digest()

@@ -62,10 +62,13 @@ func Digest(s string, insecure bool) (name.Digest, error) {
 	return d, nil
 }
 
-// Options are the remote options for every registry call: the caller's context and
-// credentials from the Docker config file (~/.docker/config.json, $DOCKER_CONFIG).
-func Options(ctx context.Context, extra ...remote.Option) []remote.Option {
-	return append([]remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)}, extra...)
+// Options are the remote options for every registry call: the caller's context,
+// credentials from the Docker config file (~/.docker/config.json, $DOCKER_CONFIG), and a
+// transport that keeps to the plain-HTTP policy (RequireTLS). An extra option that sets a
+// transport of its own replaces that one and must keep to the policy itself.
+func Options(ctx context.Context, insecure bool, extra ...remote.Option) []remote.Option {
+	return append([]remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain),
+		remote.WithTransport(RequireTLS(remote.DefaultTransport, insecure))}, extra...)
 }
 
 // ParsePlatform parses os/arch[/variant].

@@ -141,3 +141,33 @@ func (b *stallBody) Close() error {
 	b.cancel()
 	return err
 }
+
+// PlainHTTPError is a plain-HTTP request the policy does not allow.
+type PlainHTTPError struct{ Host string }
+
+func (e *PlainHTTPError) Error() string {
+	return fmt.Sprintf("plain HTTP to registry %s refused: only loopback registries are reached without TLS unless insecure registries are allowed (brewlet-provisioner --insecure-registries, chart value provisioner.registry.insecure)", e.Host)
+}
+
+// RequireTLS refuses plain-HTTP requests to registries that are not on loopback, unless
+// insecure. go-containerregistry reaches registries on private (RFC 1918) addresses over
+// plain HTTP by itself, whatever the reference's options say; this makes the policy of
+// Reference hold for every request, redirects included.
+func RequireTLS(base http.RoundTripper, insecure bool) http.RoundTripper {
+	if insecure {
+		return base
+	}
+	return tlsOnly{base: base}
+}
+
+type tlsOnly struct{ base http.RoundTripper }
+
+func (t tlsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "https" && !IsLoopback(req.URL.Host) {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, &PlainHTTPError{Host: req.URL.Host}
+	}
+	return t.base.RoundTrip(req)
+}

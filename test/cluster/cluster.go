@@ -49,8 +49,10 @@ type Cluster struct {
 	// Dirs are the component directories (control plane, node) with their logs.
 	Dirs []string `json:"dirs"`
 
-	// Node is set when the cluster was started by this process (nil when loaded).
-	Node *framework.KubeletNode `json:"-"`
+	// Node is set when the cluster was started by this process (nil when loaded); Nodes
+	// holds every node, Node first.
+	Node  *framework.KubeletNode   `json:"-"`
+	Nodes []*framework.KubeletNode `json:"-"`
 }
 
 // Options vary the cluster.
@@ -60,6 +62,11 @@ type Options struct {
 	// through a command that this process serves (framework.Node.ServeRestarts). Tests
 	// only: once this process exits nobody restarts containerd.
 	AgentRegistersHandler bool
+	// Nodes is the number of kubelet nodes (default 1). With more, every node has its own
+	// network namespace, containerd, registry, bridge, cgroup parent and host state, seen at the same paths
+	// through a shared view (framework.NodeOptions.View), and trusts the first node's
+	// registry, where the cluster's images are pushed. Not with AgentRegistersHandler.
+	Nodes int
 }
 
 // Start starts the cluster with the brewlet handler in containerd's config (`make demo`:
@@ -69,17 +76,37 @@ func Start(t framework.TB) *Cluster { return StartWith(t, Options{}) }
 // StartWith starts the cluster with options.
 func StartWith(t framework.TB, o Options) *Cluster {
 	t.Helper()
-	// The node first: the API server listens on its gateway address, where pods reach it.
-	n := framework.StartNodeWith(t, framework.NodeOptions{HostReachable: true, WithoutBrewletHandler: o.AgentRegistersHandler})
+	count := max(o.Nodes, 1)
+	if count > 1 && o.AgentRegistersHandler {
+		t.Fatalf("cluster: AgentRegistersHandler serves one node's containerd restarts; not with %d nodes", count)
+	}
+	nopts := framework.NodeOptions{HostReachable: true, WithoutBrewletHandler: o.AgentRegistersHandler}
+	if count > 1 {
+		nopts.View, nopts.OwnNetwork = framework.NewInstance(t, "v").Dir, true
+	}
+	// The first node first: the API server listens on its gateway address, where pods reach it.
+	nodes := []*framework.Node{framework.StartNodeWith(t, nopts)}
 	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{ControllerManager: true, Scheduler: true,
-		SkipCRDs: true, Address: n.Gateway()})
-	kn := framework.StartKubelet(t, cp, n, framework.KubeletOptions{Labels: map[string]string{PoolKey: PoolName}})
-	c := &Cluster{Kubeconfig: cp.Kubeconfig, APIHost: cp.Address, APIPort: cp.Port, Registry: kn.Registry,
-		NodeName: kn.NodeName, HostPrefix: kn.HostPrefix, ContainerdConfig: kn.ConfigPath, ContainerdSocket: kn.Socket,
-		Dirs: []string{cp.Dir, kn.Dir}, Node: kn}
+		SkipCRDs: true, Address: nodes[0].HostAddr()})
+	for len(nodes) < count {
+		n := framework.StartNodeWith(t, nopts)
+		if err := n.TrustRegistry(nodes[0].Registry); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	c := &Cluster{Kubeconfig: cp.Kubeconfig, APIHost: cp.Address, APIPort: cp.Port, Registry: nodes[0].Registry,
+		HostPrefix: nodes[0].Seen.HostPrefix, ContainerdConfig: nodes[0].Seen.ConfigPath, ContainerdSocket: nodes[0].Seen.Socket,
+		Dirs: []string{cp.Dir}}
+	for _, n := range nodes {
+		kn := framework.StartKubelet(t, cp, n, framework.KubeletOptions{Labels: map[string]string{PoolKey: PoolName}})
+		c.Nodes = append(c.Nodes, kn)
+		c.Dirs = append(c.Dirs, kn.Dir)
+	}
+	c.Node, c.NodeName = c.Nodes[0], c.Nodes[0].NodeName
 	if o.AgentRegistersHandler {
 		c.ContainerdBinary = framework.Tool(t, "containerd")
-		c.ContainerdRestartCommand = n.ServeRestarts(t)
+		c.ContainerdRestartCommand = nodes[0].ServeRestarts(t)
 	}
 	return c
 }

@@ -5,18 +5,24 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"brewlet.sh/brewlet/internal/registry"
 )
 
 // BuildRuntimes runs hack/runtimes.sh in the repository root: it builds the local runtime
-// images named by which (busybox, python or all) from Debian packages, pushes them to
-// registry and returns NAME -> repo@sha256 (python1, python2, busybox). Its progress goes to
-// progress.
-func BuildRuntimes(ctx context.Context, root, registry, which string, progress io.Writer) (map[string]string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "runtimes.sh"), registry, which)
+// images named by which (busybox, python or all) from Debian packages, pushes them to reg
+// (in plain HTTP also off loopback: test clusters only) and returns NAME -> repo@sha256
+// (python1, python2, busybox). Its progress goes to progress.
+func BuildRuntimes(ctx context.Context, root, reg, which string, progress io.Writer) (map[string]string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "runtimes.sh"), reg, which)
 	cmd.Dir, cmd.Stderr = root, progress
+	if !registry.IsLoopback(reg) {
+		cmd.Env = append(os.Environ(), "BREWLET_INSECURE_REGISTRY=1")
+	}
 	out, err := cmd.Output()
 	if err != nil {
 		return nil, fmt.Errorf("hack/runtimes.sh %s: %w\n%s", which, err, out)

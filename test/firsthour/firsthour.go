@@ -43,6 +43,9 @@ type Flow struct {
 	Progress *Progress
 	Clients  Clients
 
+	// Spread makes AppDeployment place its replicas on different nodes.
+	Spread bool
+
 	Images   map[string]string // component name -> repo@sha256 in the node's registry
 	Runtimes map[string]string // python1, python2 -> repo@sha256
 	AppImage string

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/images"
+	"brewlet.sh/brewlet/internal/registry"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/cluster"
 	"brewlet.sh/brewlet/test/framework"
@@ -37,7 +39,7 @@ func (f *Flow) buildImages(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		ref, err := images.Push(ctx, idx, f.C.Registry+"/brewlet/"+c.Name, ImageTag, false)
+		ref, err := images.Push(ctx, idx, f.C.Registry+"/brewlet/"+c.Name, ImageTag, f.insecure())
 		if err != nil {
 			return "", err
 		}
@@ -84,6 +86,9 @@ func (f *Flow) chartValues() map[string]any {
 			// The agent's pass period is a fifth of this: a local cluster reacts in seconds.
 			"authorizationTTL": "2m",
 			"containerd":       f.containerdValues(),
+			// Nodes with a network namespace of their own reach the registry on a private
+			// address, in plain HTTP.
+			"registry": map[string]any{"insecure": f.insecure()},
 		},
 	}
 }
@@ -157,6 +162,10 @@ func (f *Flow) installChart(ctx context.Context) (string, error) {
 	return "values: " + values + "\n" + out, err
 }
 
+// insecure: the cluster's registry is reached in plain HTTP although it is not on
+// loopback (nodes with a network namespace of their own use a private address).
+func (f *Flow) insecure() bool { return !registry.IsLoopback(f.C.Registry) }
+
 // createIfAbsent creates obj unless an object of its name exists (a second run keeps what the
 // first made).
 func (f *Flow) createIfAbsent(ctx context.Context, obj client.Object) error {
@@ -221,7 +230,7 @@ func (f *Flow) publishApp(ctx context.Context) (string, error) {
 	if err := BuildCLI(ctx, f.Root, bin); err != nil {
 		return "", err
 	}
-	cmd := exec.CommandContext(ctx, bin, "push", f.C.Registry+"/apps/"+App+":1",
+	cmd := exec.CommandContext(ctx, bin, "push", "--insecure="+strconv.FormatBool(f.insecure()), f.C.Registry+"/apps/"+App+":1",
 		"--layer", "app="+filepath.Join(f.Root, "examples", App)+":/app/"+App,
 		"--entrypoint", "python", "--arg", "/app/"+App+"/server.py", "--env", "PORT=8080",
 		"--requires-runtime", RuntimeID)
@@ -240,6 +249,11 @@ func (f *Flow) publishApp(ctx context.Context) (string, error) {
 func (f *Flow) AppDeployment() *appsv1.Deployment {
 	replicas, no := int32(2), false
 	labels := map[string]string{"app": App}
+	var spread []corev1.TopologySpreadConstraint
+	if f.Spread {
+		spread = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname,
+			WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}}
+	}
 	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: App, Namespace: AppNamespace,
 		// Opted in: after a rotation reaches every node, the operator restarts it.
 		Annotations: map[string]string{vocab.AnnotationRestartOnRotation: "true"}},
@@ -247,6 +261,7 @@ func (f *Flow) AppDeployment() *appsv1.Deployment {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{vocab.AnnotationRuntimeImage: RuntimeID}},
 				Spec: corev1.PodSpec{RuntimeClassName: ptr.To(vocab.RuntimeClassName), AutomountServiceAccountToken: &no,
+					TopologySpreadConstraints: spread,
 					Containers: []corev1.Container{{Name: "web", Image: f.AppImage,
 						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
 						ReadinessProbe: &corev1.Probe{PeriodSeconds: 2, ProbeHandler: corev1.ProbeHandler{
@@ -317,7 +332,28 @@ func (f *Flow) WaitDeployment(ctx context.Context, name string) error {
 func (f *Flow) describe(ctx context.Context, ns string) string {
 	pods, _ := f.Kubectl(ctx, "get", "pods", "-n", ns, "-o", "wide")
 	events, _ := f.Kubectl(ctx, "get", "events", "-n", ns, "--sort-by=.lastTimestamp")
-	return pods + "\n" + events
+	return pods + "\n" + events + f.crashLogs(ctx, ns)
+}
+
+// crashLogs are the last lines of the previous run of every container that restarted: why
+// a crash-looping component exited.
+func (f *Flow) crashLogs(ctx context.Context, ns string) string {
+	list := &corev1.PodList{}
+	if err := f.Clients.CL.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return ""
+	}
+	var out strings.Builder
+	for _, p := range list.Items {
+		for _, c := range p.Status.ContainerStatuses {
+			if c.RestartCount == 0 {
+				continue
+			}
+			tail := int64(20)
+			b, err := f.Clients.CS.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, Previous: true, TailLines: &tail}).DoRaw(ctx)
+			fmt.Fprintf(&out, "\n--- %s/%s, previous run (%v):\n%s", p.Name, c.Name, err, b)
+		}
+	}
+	return out.String()
 }
 
 // Ask sends GET path to the app through its Service, via the API server's service proxy (the

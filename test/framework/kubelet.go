@@ -41,7 +41,7 @@ type KubeletOptions struct {
 type KubeletNode struct {
 	*Node
 	NodeName    string
-	NodeIP      string // the kubelet's InternalIP: the node's gateway (the kubelet refuses loopback)
+	NodeIP      string // the kubelet's InternalIP: Node.NodeAddr (the kubelet refuses loopback)
 	Kubelet     *Process
 	RootDir     string // --root-dir, a shared mount so the kubelet's volume mounts reach containerd
 	PodLogsDir  string
@@ -102,8 +102,9 @@ func StartKubeletNode(t TB, cp *ControlPlane, opts KubeletOptions) *KubeletNode 
 }
 
 // StartKubelet starts a kubelet on node n (started with HostReachable; opts.Node is not used)
-// registered with cp as a real Node, and waits until the Node is Ready. Its InternalIP is the
-// node's gateway address: pods and the API server reach it, the LAN does not. Everything is
+// registered with cp as a real Node, and waits until the Node is Ready. Its InternalIP is
+// Node.NodeAddr (the bridge's gateway, or its end of the link of a node with a network
+// namespace of its own): pods and the API server reach it, the LAN does not. Everything is
 // removed when the test ends: the kubelet is stopped first, then the node is cleaned up as
 // usual.
 func StartKubelet(t TB, cp *ControlPlane, n *Node, opts KubeletOptions) *KubeletNode {
@@ -118,7 +119,7 @@ func StartKubelet(t TB, cp *ControlPlane, n *Node, opts KubeletOptions) *Kubelet
 		t.Fatalf("node %s: a kubelet needs a node started with HostReachable", n.ID)
 	}
 	k := &KubeletNode{Node: n, NodeName: opts.NodeName, RootDir: filepath.Join(n.Dir, "kubelet"),
-		PodLogsDir: filepath.Join(n.Dir, "pod-logs"), KubeletPort: FreePort(t), HealthzPort: FreePort(t), NodeIP: n.Gateway()}
+		PodLogsDir: filepath.Join(n.Dir, "pod-logs"), KubeletPort: FreePort(t), HealthzPort: FreePort(t), NodeIP: n.NodeAddr()}
 	if k.NodeName == "" {
 		k.NodeName = "kubelet-" + n.ID
 	}
@@ -129,6 +130,7 @@ func StartKubelet(t TB, cp *ControlPlane, n *Node, opts KubeletOptions) *Kubelet
 		{"create cgroup root", k.createCgroupRoot},
 		{"certificates and kubeconfig", func() error { return k.writeCredentials(cp) }},
 		{"shared root directory", k.sharedRootDir},
+		{"containerd sees the root directory", k.restartViewContainerd},
 		{"start kubelet", func() error { return k.start(t, cp, kubeletBin, opts.Labels) }},
 		{"wait for Node Ready", func() error { return k.waitNodeReady(cp, 180*time.Second) }},
 	}
@@ -207,6 +209,18 @@ func (k *KubeletNode) sharedRootDir() error {
 	return nil
 }
 
+// restartViewContainerd restarts a containerd that runs in a mount namespace of its own
+// (NodeOptions.View): that namespace was copied before the kubelet's root directory became
+// a shared mount, so it would never receive the volumes the kubelet mounts below it. Its
+// new namespace holds the shared mount as a slave, which receives them. Nothing runs on
+// the node yet.
+func (k *KubeletNode) restartViewContainerd() error {
+	if k.opts.View == "" {
+		return nil
+	}
+	return k.RestartContainerd(context.Background())
+}
+
 func (k *KubeletNode) config(cp *ControlPlane) map[string]any {
 	ep := "unix://" + k.Socket
 	return map[string]any{
@@ -226,7 +240,7 @@ func (k *KubeletNode) config(cp *ControlPlane) map[string]any {
 		"address":                  k.NodeIP,
 		"port":                     k.KubeletPort,
 		"readOnlyPort":             0,
-		"healthzBindAddress":       "127.0.0.1",
+		"healthzBindAddress":       k.healthzHost(),
 		"healthzPort":              k.HealthzPort,
 		"tlsCertFile":              k.file("serving.crt"),
 		"tlsPrivateKeyFile":        k.file("serving.key"),
@@ -257,7 +271,8 @@ func (k *KubeletNode) config(cp *ControlPlane) map[string]any {
 
 // start runs the kubelet in a mount namespace of its own in which every kernel tunable
 // it would set (KernelTunables) is a bind-mounted file already holding its value, and
-// every ShadowedHostDirs entry is a private directory.
+// every ShadowedHostDirs entry is a private directory (and the node's view is bound, see
+// NodeOptions.View).
 // The mounts containing those paths are made slaves first, so none of these binds
 // propagates to the host; the kubelet's root directory stays a peer of the host's.
 func (k *KubeletNode) start(t TB, cp *ControlPlane, bin string, labels map[string]string) error {
@@ -291,6 +306,15 @@ func (k *KubeletNode) start(t TB, cp *ControlPlane, bin string, labels map[strin
 			return err
 		}
 		binds[filepath.Join("/proc/sys", name)] = f
+	}
+	// With a cluster view, the kubelet checks and creates hostPath volumes in the node's
+	// own host layout, as containerd then mounts them.
+	view, err := k.ViewBinds()
+	if err != nil {
+		return err
+	}
+	for _, b := range view {
+		binds[b[1]] = b[0]
 	}
 	targets := make([]string, 0, len(binds))
 	for dst := range binds {
@@ -331,7 +355,7 @@ func (k *KubeletNode) start(t TB, cp *ControlPlane, bin string, labels map[strin
 	if len(lbl) > 0 {
 		args = append(args, "--node-labels="+strings.Join(lbl, ","))
 	}
-	p, err := k.Start("kubelet", nil, args...)
+	p, err := k.Start("kubelet", nil, k.inNetns(args)...)
 	if err != nil {
 		return err
 	}
@@ -339,8 +363,17 @@ func (k *KubeletNode) start(t TB, cp *ControlPlane, bin string, labels map[strin
 	// Stop the kubelet before the node removes its pods, or it would start them again.
 	k.OnCleanup(func() { p.Stop(20 * time.Second) })
 	return p.WaitReady(90*time.Second, func(ctx context.Context) error {
-		return HTTPOK(ctx, http.DefaultClient, "http://127.0.0.1:"+strconv.Itoa(k.HealthzPort)+"/healthz")
+		return HTTPOK(ctx, http.DefaultClient, "http://"+net.JoinHostPort(k.healthzHost(), strconv.Itoa(k.HealthzPort))+"/healthz")
 	})
+}
+
+// healthzHost is where the kubelet serves /healthz: loopback, or the node's address when
+// the node has a network namespace of its own (the machine's loopback is not the node's).
+func (k *KubeletNode) healthzHost() string {
+	if k.net != nil {
+		return k.NodeIP
+	}
+	return "127.0.0.1"
 }
 
 // waitNodeReady waits until the Node exists with condition Ready=True.

@@ -44,11 +44,15 @@ type Node struct {
 	Images       runtimeapi.ImageServiceClient
 	PauseImage   string // repo@digest in the registry
 	BusyboxImage string
-	ImportsDir   string // drop-in directory, when NodeOptions.ImportsDir
-	HostPrefix   string // root of the node's Brewlet host layout (hoststate.Under)
-	conn         *grpc.ClientConn
-	opts         NodeOptions
-	restarts     atomic.Int64 // by ServeRestarts
+	ImportsDir   string   // drop-in directory, when NodeOptions.ImportsDir
+	HostPrefix   string   // root of the node's Brewlet host layout (hoststate.Under)
+	net          *nodeNet // with NodeOptions.OwnNetwork
+	// Seen are the node's paths as its containerd, shims, kubelet and pods see them: the
+	// same as the fields above unless NodeOptions.View relocates them.
+	Seen     NodePaths
+	conn     *grpc.ClientConn
+	opts     NodeOptions
+	restarts atomic.Int64 // by ServeRestarts
 }
 
 // NodeOptions vary the node's containerd configuration.
@@ -75,6 +79,21 @@ type NodeOptions struct {
 	DefaultConfig bool
 	// ShimEnv is added to the environment containerd gives shims (e.g. BREWLET_SLOW_LAUNCH).
 	ShimEnv []string
+	// OwnNetwork (with HostReachable) runs the node in a network namespace of its own,
+	// linked to the machine (see nodeNet); its registry listens on HostAddr.
+	OwnNetwork bool
+	// View is a directory every node of a multi-node cluster names alike. The node's
+	// containerd (with its shims and pods) and its kubelet run in mount namespaces that bind
+	// the node's host layout, containerd config directory and socket directory there
+	// (ViewBinds), so that each node has its own state at the same paths, as separate
+	// machines would, and one chart (one hostPrefix, one config and socket path) serves
+	// them all. "" leaves the paths as they are.
+	View string
+}
+
+// NodePaths are where a node's Brewlet host layout, containerd config and socket are.
+type NodePaths struct {
+	HostPrefix, ConfigPath, Socket string
 }
 
 // StartNode starts a node with both handlers. It is removed (pods, shims, mounts, bridge,
@@ -99,6 +118,12 @@ func StartNodeWith(t TB, opts NodeOptions) *Node {
 	in := NewInstance(t, "n")
 	n := &Node{Instance: in, opts: opts, HostPrefix: filepath.Join(in.Dir, "host"), BinDir: filepath.Join(in.Dir, "bin"), Socket: filepath.Join(in.Dir, "containerd-run", "containerd.sock"),
 		CgroupParent: "brewlet-e2e-" + in.ID, Bridge: "brw" + in.ID}
+	n.ConfigPath = filepath.Join(n.Dir, "containerd-conf", "config.toml")
+	n.Seen = NodePaths{HostPrefix: n.HostPrefix, ConfigPath: n.ConfigPath, Socket: n.Socket}
+	if opts.View != "" {
+		n.Seen = NodePaths{HostPrefix: filepath.Join(opts.View, "host"), ConfigPath: filepath.Join(opts.View, "containerd-conf", "config.toml"),
+			Socket: filepath.Join(opts.View, "containerd-run", "containerd.sock")}
+	}
 	subnet, err := freeSubnet()
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +136,7 @@ func StartNodeWith(t TB, opts NodeOptions) *Node {
 		fn   func(TB) error
 	}{
 		{"build shim and pause", n.buildBinaries},
+		{"network namespace", n.createNetwork},
 		{"start registry", n.startRegistry},
 		{"push base images", n.pushBaseImages},
 		{"start containerd", n.startContainerd},
@@ -144,7 +170,11 @@ func (n *Node) buildBinaries(t TB) error {
 }
 
 func (n *Node) startRegistry(t TB) error {
-	addr, p, err := startRegistryIn(t, n.Instance, "")
+	host := "127.0.0.1"
+	if n.net != nil {
+		host = n.HostAddr()
+	}
+	addr, p, err := startRegistryIn(t, n.Instance, host, "")
 	n.Registry, n.RegistryProc = addr, p
 	return err
 }
@@ -176,15 +206,15 @@ func StartRegistryWith(t TB, user, password string) *Registry {
 		}
 		auth = fmt.Sprintf("auth:\n  htpasswd:\n    realm: brewlet-e2e\n    path: %s\n", htpasswd)
 	}
-	addr, p, err := startRegistryIn(t, in, auth)
+	addr, p, err := startRegistryIn(t, in, "127.0.0.1", auth)
 	if err != nil {
 		t.Fatalf("start registry: %v", err)
 	}
 	return &Registry{Instance: in, Addr: addr, Proc: p}
 }
 
-func startRegistryIn(t TB, in *Instance, auth string) (string, *Process, error) {
-	addr := "127.0.0.1:" + strconv.Itoa(FreePort(t))
+func startRegistryIn(t TB, in *Instance, host, auth string) (string, *Process, error) {
+	addr := net.JoinHostPort(host, strconv.Itoa(FreePort(t)))
 	cfg := filepath.Join(in.Dir, "registry.yml")
 	body := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n%s",
 		filepath.Join(in.Dir, "registry"), addr, auth)
@@ -241,7 +271,7 @@ func (n *Node) pushBaseImages(TB) error {
 }
 
 func (n *Node) startContainerd(t TB) error {
-	if n.opts.HostReachable {
+	if n.opts.HostReachable && n.net == nil {
 		if err := n.createBridge(); err != nil {
 			return err
 		}
@@ -253,7 +283,6 @@ func (n *Node) startContainerd(t TB) error {
 		return err
 	}
 	// Config and socket in directories of their own: a node agent pod mounts each directory.
-	n.ConfigPath = filepath.Join(n.Dir, "containerd-conf", "config.toml")
 	for _, d := range []string{filepath.Dir(n.ConfigPath), filepath.Dir(n.Socket)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -267,7 +296,7 @@ func (n *Node) startContainerd(t TB) error {
 	}
 	var cfg []byte
 	var err error
-	nc := nodeconfig.Node{Dir: n.Dir, Socket: n.Socket, HostPrefix: n.HostPrefix, PauseImage: n.PauseImage, DevRoot: n.DevRoot(),
+	nc := nodeconfig.Node{Dir: n.Dir, Socket: n.Socket, HostPrefix: n.Seen.HostPrefix, PauseImage: n.PauseImage, DevRoot: n.DevRoot(),
 		Runc: Tool(t, "runc"), ToolsBin: ToolsBin(), Daemon: n.containerdTool(), Version: n.opts.Containerd,
 		ShimEnv: n.opts.ShimEnv, WithoutBrewletHandler: n.opts.WithoutBrewletHandler, ImportsDir: n.ImportsDir}
 	switch {
@@ -308,26 +337,61 @@ func ContainerdTool(version string) string { return nodeconfig.Tool(version) }
 
 func (n *Node) runContainerd() error {
 	env := []string{"PATH=" + n.BinDir + ":" + ToolsBin() + ":" + os.Getenv("PATH")}
-	args := []string{n.ContainerdBinary(), "--config", n.ConfigPath}
+	binds, err := n.ViewBinds()
+	if err != nil {
+		return err
+	}
 	if !nodeconfig.ShimAPI23(n.containerdTool()) {
 		// Shim sockets would go to the machine's /run/containerd/s: this daemon, its shims
-		// and runc get a /run of their own, the node's directory bound over /run in a mount
-		// namespace that receives the node's mounts and sends none back. The directory
-		// outlives each daemon, so a restarted one finds its running shims' sockets.
+		// and runc get a /run of their own, the node's directory bound over /run. The
+		// directory outlives each daemon, so a restarted one finds its running shims' sockets.
 		run := filepath.Join(n.Dir, "run")
 		if err := os.MkdirAll(run, 0o755); err != nil {
 			return err
 		}
-		args = append([]string{"/usr/bin/unshare", "--mount", "--propagation", "slave", "--", "/bin/sh", "-ec",
-			`mount --bind "$1" /run && shift && exec "$@"`, "containerd", run}, args...)
+		binds = append([][2]string{{run, "/run"}}, binds...)
 	}
-	p, err := n.Start("containerd", env, args...)
+	args := []string{n.ContainerdBinary(), "--config", n.ConfigPath}
+	if len(binds) > 0 {
+		// A mount namespace that receives the machine's mounts (the kubelet's volumes) and
+		// sends none back.
+		script := []string{}
+		for _, b := range binds {
+			script = append(script, "mount --bind "+shQuote(b[0])+" "+shQuote(b[1]))
+		}
+		script = append(script, `exec "$@"`)
+		args = append([]string{"/usr/bin/unshare", "--mount", "--propagation", "slave", "--", "/bin/sh", "-ec",
+			strings.Join(script, "\n"), "containerd"}, args...)
+	}
+	p, err := n.Start("containerd", env, n.inNetns(args)...)
 	if err != nil {
 		return err
 	}
 	n.Containerd = p
 	return nil
 }
+
+// ViewBinds are the binds (source, target) that give the node's processes their view of
+// NodeOptions.View: none without one. Sources and targets are created when missing.
+func (n *Node) ViewBinds() ([][2]string, error) {
+	if n.opts.View == "" {
+		return nil, nil
+	}
+	binds := [][2]string{{n.HostPrefix, n.Seen.HostPrefix},
+		{filepath.Dir(n.ConfigPath), filepath.Dir(n.Seen.ConfigPath)}, {filepath.Dir(n.Socket), filepath.Dir(n.Seen.Socket)}}
+	for _, b := range binds {
+		for _, d := range b {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return binds, nil
+}
+
+// TrustRegistry lets the node pull from another node's loopback registry (plain HTTP), as
+// the nodes of a cluster share one registry.
+func (n *Node) TrustRegistry(addr string) error { return writeHosts(n.Dir, addr) }
 
 // RestartContainerd stops containerd and starts it again with its (possibly changed)
 // config, as systemctl restart would; running containers and their shims survive.
@@ -408,12 +472,16 @@ func (n *Node) writeCNIConfig() error {
 	return os.WriteFile(filepath.Join(dir, "10-brewlet-e2e.conflist"), b, 0o644)
 }
 
-func (n *Node) writeRegistryHosts() error {
-	dir := filepath.Join(n.Dir, "certs.d", n.Registry)
+func (n *Node) writeRegistryHosts() error { return writeHosts(n.Dir, n.Registry) }
+
+// writeHosts writes containerd's hosts.toml for a plain-HTTP registry below a node's
+// certs.d (read at each pull: no restart needed).
+func writeHosts(nodeDir, registry string) error {
+	dir := filepath.Join(nodeDir, "certs.d", registry)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	body := fmt.Sprintf("server = \"http://%s\"\n\n[host.\"http://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", n.Registry, n.Registry)
+	body := fmt.Sprintf("server = \"http://%s\"\n\n[host.\"http://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", registry, registry)
 	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(body), 0o644)
 }
 

@@ -9,7 +9,6 @@
 package restarts
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -47,27 +46,11 @@ const ReasonPatchRefused = "PatchRefused"
 var protectedNamespaces = map[string]bool{"kube-system": true, "kube-public": true, "kube-node-lease": true}
 
 // Barrier is the value of the pod-template annotation brewlet.sh/rotated-to-generation.
-type Barrier struct {
-	ID         string    `json:"id"`
-	Epoch      types.UID `json:"epoch"`
-	Generation int64     `json:"generation"`
-}
-
-// String is the annotation's value.
-func (b Barrier) String() string {
-	out, _ := json.Marshal(b)
-	return string(out)
-}
+type Barrier = brewletv1.RotationBarrier
 
 // ParseBarrier reads an annotation value; ok is false when it is absent or unreadable
 // (anyone can write a pod-template annotation: it is only ever compared, never trusted).
-func ParseBarrier(v string) (Barrier, bool) {
-	var b Barrier
-	if v == "" || json.Unmarshal([]byte(v), &b) != nil || b.ID == "" {
-		return Barrier{}, false
-	}
-	return b, true
-}
+func ParseBarrier(v string) (Barrier, bool) { return brewletv1.ParseRotationBarrier(v) }
 
 // Workload is what the decision needs of a Deployment, StatefulSet or DaemonSet.
 type Workload struct {

@@ -171,8 +171,10 @@ func sourceShare(left, reserve time.Duration, mirrorsLeft int) time.Duration {
 }
 
 func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Digest) (*Result, error) {
-	in.transportOnce.Do(func() { in.transport = registry.WithTimeouts(in.Timeouts) })
-	opts := registry.Options(ctx, append([]remote.Option{in.transport}, in.Remote...)...)
+	in.transportOnce.Do(func() {
+		in.transport = remote.WithTransport(registry.RequireTLS(registry.Transport(in.Timeouts), in.Insecure))
+	})
+	opts := registry.Options(ctx, in.Insecure, append([]remote.Option{in.transport}, in.Remote...)...)
 	img, platform, err := in.resolve(ref, opts)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,70 @@
+package admission
+
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// maxAvoidedNodes bounds the node names one pod's affinity carries: a rotation that left
+// more nodes behind than this has halted long before (rollout.maxFailures), and a pod spec
+// must stay small.
+const maxAvoidedNodes = 500
+
+// avoidExcludedNodes keeps a pod that a rotation restart created (its barrier names the
+// RuntimeImage's epoch) off the nodes that rotation left behind
+// (status.rotation.excludedNodes): a stuck node whose agent is silent would refuse the pod
+// at start (its generation is older than the barrier, or its authorization has expired),
+// and a restart exists to move pods onto nodes that serve the target. The names are
+// ANDed into every required term as `metadata.name NotIn`, as requireRuntimeLabel does.
+// The requirement is fixed at admission: a node that rejoins later receives the
+// workload's next pods, not these.
+//
+// Pods pinned to one node (spec.nodeName, or a term selecting metadata.name In, as the
+// DaemonSet controller makes them) are left alone: for them the node is not a choice, and
+// the requirement would keep them pending even after the node rejoined.
+func avoidExcludedNodes(pod *corev1.Pod, ri *brewletv1.RuntimeImage) {
+	b, ok := brewletv1.ParseRotationBarrier(pod.Annotations[vocab.AnnotationRotatedToGeneration])
+	rot := ri.Status.Rotation
+	if !ok || b.ID != ri.Name || b.Epoch != ri.UID || rot == nil || len(rot.ExcludedNodes) == 0 || pinned(pod) {
+		return
+	}
+	var names []string
+	for _, e := range rot.ExcludedNodes {
+		if e.Name != "" && !slices.Contains(names, e.Name) && len(names) < maxAvoidedNodes {
+			names = append(names, e.Name)
+		}
+	}
+	slices.Sort(names)
+	req := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: names}
+	for i := range pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		t := &pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[i]
+		if !slices.ContainsFunc(t.MatchFields, func(r corev1.NodeSelectorRequirement) bool {
+			return r.Key == req.Key && r.Operator == req.Operator && slices.Equal(r.Values, req.Values)
+		}) {
+			t.MatchFields = append(t.MatchFields, *req.DeepCopy())
+		}
+	}
+}
+
+// pinned reports whether the pod can run on one node only.
+func pinned(pod *corev1.Pod) bool {
+	if pod.Spec.NodeName != "" {
+		return true
+	}
+	a := pod.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return false
+	}
+	for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, r := range t.MatchFields {
+			if r.Key == "metadata.name" && r.Operator == corev1.NodeSelectorOpIn {
+				return true
+			}
+		}
+	}
+	return false
+}

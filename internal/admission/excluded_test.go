@@ -1,0 +1,84 @@
+package admission
+
+import (
+	"reflect"
+	"strconv"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+func TestAdmitKeepsRestartedPodsOffExcludedNodes(t *testing.T) {
+	ri := approvedRI("python-3.12")
+	ri.Status.Rotation = &brewletv1.RotationStatus{Target: brewletv1.RotationTarget{Generation: 3},
+		ExcludedNodes: []brewletv1.ExcludedNode{{Name: "stuck-b", Reason: string(vocab.ReasonAgentNotReporting)},
+			{Name: "failed-a", Reason: "LayerRefused"}, {Name: "stuck-b", Reason: string(vocab.ReasonNodeTimedOut)}}}
+	barrier := func(id string, epoch string, gen int64) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Annotations[vocab.AnnotationRotatedToGeneration] = brewletv1.RotationBarrier{ID: id, Epoch: types.UID(epoch), Generation: gen}.String()
+		}
+	}
+	avoid := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"failed-a", "stuck-b"}}
+	pin := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"stuck-b"}}
+	noRotation := approvedRI("python-3.12")
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		ri   *brewletv1.RuntimeImage
+		want []corev1.NodeSelectorTerm
+	}{
+		{"restarted pod of this epoch", brewletPod(barrier("python-3.12", "uid-1", 3)), ri,
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}, MatchFields: []corev1.NodeSelectorRequirement{avoid}}}},
+		{"an earlier restart of this epoch", brewletPod(barrier("python-3.12", "uid-1", 2)), ri,
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}, MatchFields: []corev1.NodeSelectorRequirement{avoid}}}},
+		{"no barrier", brewletPod(), ri, []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}}}},
+		{"barrier of another epoch", brewletPod(barrier("python-3.12", "uid-0", 3)), ri,
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}}}},
+		{"barrier of another ID", brewletPod(barrier("java", "uid-1", 3)), ri,
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}}}},
+		{"unreadable barrier", brewletPod(func(p *corev1.Pod) { p.Annotations[vocab.AnnotationRotatedToGeneration] = "{" }), ri,
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}}}},
+		{"nothing excluded", brewletPod(barrier("python-3.12", "uid-1", 3)), noRotation,
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}}}},
+		{"a DaemonSet's pod stays pinned", brewletPod(barrier("python-3.12", "uid-1", 3), func(p *corev1.Pod) {
+			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{pin}}}}}}
+		}), ri, []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}, MatchFields: []corev1.NodeSelectorRequirement{pin}}}},
+		{"a pod bound by name stays", brewletPod(barrier("python-3.12", "uid-1", 3), func(p *corev1.Pod) { p.Spec.NodeName = "stuck-b" }), ri,
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Admit(tc.pod, tc.ri)
+			if !d.Allowed() {
+				t.Fatal(d.Message())
+			}
+			got := d.Pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("terms\n got %+v\nwant %+v", got, tc.want)
+			}
+			if again := Admit(d.Pod, tc.ri); !reflect.DeepEqual(again.Pod, d.Pod) {
+				t.Fatal("second admission changed the pod")
+			}
+		})
+	}
+}
+
+func TestAvoidExcludedNodesIsBounded(t *testing.T) {
+	ri := approvedRI("python-3.12")
+	ri.Status.Rotation = &brewletv1.RotationStatus{}
+	for i := range maxAvoidedNodes + 50 {
+		ri.Status.Rotation.ExcludedNodes = append(ri.Status.Rotation.ExcludedNodes, brewletv1.ExcludedNode{Name: "node-" + strconv.Itoa(i)})
+	}
+	pod := brewletPod(func(p *corev1.Pod) {
+		p.Annotations[vocab.AnnotationRotatedToGeneration] = brewletv1.RotationBarrier{ID: "python-3.12", Epoch: "uid-1", Generation: 1}.String()
+	})
+	d := Admit(pod, ri)
+	got := d.Pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields
+	if len(got) != 1 || len(got[0].Values) != maxAvoidedNodes {
+		t.Fatalf("matchFields %d requirements, %d names; want 1 with %d", len(got), len(got[0].Values), maxAvoidedNodes)
+	}
+}
