@@ -127,7 +127,7 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 	if err != nil {
 		return err
 	}
-	launch, err := readLaunch(launchDir)
+	launch, launchSum, err := readLaunch(launchDir)
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 		return err
 	}
 	steps.mark("launch", time.Now())
-	if err := checkImage(ctx, r.ID, launch); err != nil {
+	if err := checkImage(ctx, imageVerdictsDir(l), r.ID, launch, launchSum); err != nil {
 		return err
 	}
 	steps.mark("image", time.Now())
