@@ -74,6 +74,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	if spec.Annotations[vocab.CRIContainerType] == vocab.CRIContainerTypeSandbox {
 		return s.TTRPCTaskService.Create(ctx, r)
 	}
+	defer profileCreate(ctx, r.ID)()
 	l := layout()
 	started := time.Now()
 	st := newSteps(started)
