@@ -23,6 +23,9 @@ import (
 	"brewlet.sh/brewlet/internal/golden"
 )
 
+// connBuffer is the read and write buffer of the shim's connection to containerd.
+const connBuffer = 4 << 10
+
 // maxBlob bounds the manifest, index and config blobs read at container create.
 const maxBlob = 4 << 20
 
@@ -45,7 +48,10 @@ func checkImage(ctx context.Context, cacheDir, containerID string, launch *artif
 	}
 	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(ctx, ns), 10*time.Second)
 	defer cancel()
-	conn, err := grpc.NewClient("unix://"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// A handful of calls of a few KiB each: gRPC's default 32 KiB read and write buffers per
+	// connection were the largest item of what a create allocated.
+	conn, err := grpc.NewClient("unix://"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithReadBufferSize(connBuffer), grpc.WithWriteBufferSize(connBuffer))
 	if err != nil {
 		return err
 	}
