@@ -11,43 +11,63 @@ import (
 // maxStateFile bounds every JSON file the shim reads: they are a few hundred bytes.
 const maxStateFile = 1 << 20
 
+// stateFileMode is the mode of every JSON state file.
+const stateFileMode = 0o644
+
 // writeJSON replaces a state file atomically.
 func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
+	b, err := marshalState(v)
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(path, append(b, '\n'), 0o644)
+	return WriteFileAtomic(path, b, stateFileMode)
+}
+
+// marshalState is the on-disk form of every JSON state file.
+func marshalState(v any) ([]byte, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	return append(b, '\n'), err
 }
 
 // WriteFileAtomic replaces a file (temporary file, fsync, rename), so a reader sees the old
 // or the new content, never a torn one. Every host file Brewlet writes goes through it.
 func WriteFileAtomic(path string, b []byte, mode os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
+	tmp, err := writeTemp(path, b, mode)
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
 	defer func() { _ = os.Remove(tmp) }()
-	if _, err := f.Write(b); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Chmod(mode); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
 	return os.Rename(tmp, path)
+}
+
+// writeTemp writes b, synced, to a new temporary file beside path (".tmp-<name>-*", which
+// readers of a directory skip) and returns its name; renaming it over path is the atomic
+// replace. It is split from WriteFileAtomic so a writer can do the slow part (the fsync)
+// before taking a lock and only the rename under it.
+func writeTemp(path string, b []byte, mode os.FileMode) (string, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
+	if err != nil {
+		return "", err
+	}
+	tmp := f.Name()
+	err = f.Chmod(mode)
+	if err == nil {
+		_, err = f.Write(b)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return "", err
+	}
+	return tmp, nil
 }
 
 // ReplaceFile replaces a host file someone else owns (containerd's config, a drop-in)

@@ -1,10 +1,13 @@
 package hoststate
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -193,4 +196,144 @@ func FuzzCurrentPointer(f *testing.F) {
 			t.Fatalf("accepted %q as %+v", target, r)
 		}
 	})
+}
+
+// The lease is prepared before the lock on a guess of current; whatever happens between
+// the guess and the lock, the lease names the generation current was under the lock, and
+// nothing is left behind.
+func TestLeaseCurrentGuess(t *testing.T) {
+	const id = "python-3.12"
+	for _, tc := range []struct {
+		name    string
+		current int64          // current before the guess (0: none)
+		between func(l Layout) // runs between the guess and the lock
+		want    int64          // generation leased (0: none)
+		reason  vocab.Reason   // refusal expected
+	}{
+		{"current unchanged", 1, func(Layout) {}, 1, ""},
+		{"current moved", 1, func(l Layout) { _ = l.SetCurrent(id, Ref{"uid-1", 2}) }, 2, ""},
+		{"installed meanwhile", 0, func(l Layout) { _ = l.SetCurrent(id, Ref{"uid-1", 2}) }, 2, ""},
+		{"current removed", 1, func(l Layout) { _ = os.Remove(l.CurrentLink(id)) }, 0, vocab.ReasonRuntimeImageNotInstalled},
+		{"metadata unreadable", 3, func(Layout) {}, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := Under(t.TempDir())
+			for gen := int64(1); gen <= 2; gen++ {
+				if err := l.WriteGeneration(Generation{ID: id, Epoch: "uid-1", Generation: gen, Layers: []string{"sha256:a"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.current > 0 {
+				if err := l.SetCurrent(id, Ref{"uid-1", tc.current}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			beforeLeaseLock = func() { tc.between(l) }
+			defer func() { beforeLeaseLock = func() {} }()
+			g, err := l.LeaseCurrent(Lease{ContainerID: "c1", ID: id})
+			ls, lerr := l.Leases()
+			if lerr != nil {
+				t.Fatal(lerr)
+			}
+			switch {
+			case tc.want == 0 && (err == nil || vocab.ReasonOf(err) != tc.reason || len(ls) != 0):
+				t.Fatalf("want a refusal %q and no lease: %v %+v", tc.reason, err, ls)
+			case tc.want > 0 && (err != nil || g.Generation != tc.want || len(ls) != 1 || ls[0].Generation != tc.want):
+				t.Fatalf("want generation %d leased: %v %+v %+v", tc.want, err, g, ls)
+			}
+			ents, _ := os.ReadDir(filepath.Join(l.State, "leases"))
+			for _, e := range ents {
+				if strings.HasPrefix(e.Name(), ".tmp-") {
+					t.Fatalf("temporary lease left: %s", e.Name())
+				}
+			}
+		})
+	}
+}
+
+// While garbage collection holds the runtime's lock, a lease waiting for it has already
+// written and synced its file: only the rename is left for the lock.
+func TestLeasePreparedBeforeLock(t *testing.T) {
+	l := Under(t.TempDir())
+	id := "busybox"
+	if err := l.WriteGeneration(Generation{ID: id, Epoch: "e", Generation: 1, Layers: []string{"sha256:a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetCurrent(id, Ref{"e", 1}); err != nil {
+		t.Fatal(err)
+	}
+	inGC, done := make(chan struct{}), make(chan error)
+	go func() {
+		done <- l.CollectUnder(id, func() error {
+			close(inGC)
+			deadline := time.Now().Add(5 * time.Second)
+			for time.Now().Before(deadline) {
+				ents, _ := os.ReadDir(filepath.Join(l.State, "leases"))
+				for _, e := range ents {
+					if strings.HasPrefix(e.Name(), ".tmp-c1.json-") {
+						if ls, err := l.Leases(); err != nil || len(ls) != 0 {
+							return fmt.Errorf("lease published under GC's lock: %v %+v", err, ls)
+						}
+						return nil
+					}
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			return errors.New("the lease was not prepared while GC held the lock")
+		})
+	}()
+	<-inGC
+	if _, err := l.LeaseCurrent(Lease{ContainerID: "c1", ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkLeaseCurrentParallel is twenty creates leasing at once while a collector tries
+// to take the exclusive lock between them.
+func BenchmarkLeaseCurrentParallel(b *testing.B) {
+	l := Under(b.TempDir())
+	id := "busybox"
+	if err := l.WriteGeneration(Generation{ID: id, Epoch: "e", Generation: 1, Layers: []string{"sha256:a"}}); err != nil {
+		b.Fatal(err)
+	}
+	if err := l.SetCurrent(id, Ref{"e", 1}); err != nil {
+		b.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var gcs, waited atomic.Int64
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			t0 := time.Now()
+			_ = l.CollectUnder(id, func() error { return nil })
+			waited.Add(int64(time.Since(t0)))
+			gcs.Add(1)
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	var n atomic.Int64
+	b.SetParallelism(10)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c := fmt.Sprintf("c%d", n.Add(1))
+			if _, err := l.LeaseCurrent(Lease{ContainerID: c, ID: id}); err != nil {
+				b.Error(err)
+			}
+			_ = l.ReleaseLease(c)
+		}
+	})
+	close(stop)
+	// Shared holders that overlap without a gap starve the collector's polled exclusive
+	// lock: gc-locks is how often it got in at all.
+	b.ReportMetric(float64(gcs.Load()), "gc-locks")
+	if g := gcs.Load(); g > 0 {
+		b.ReportMetric(float64(waited.Load())/float64(g)/1e6, "ms/gc-lock")
+	}
 }

@@ -46,6 +46,12 @@ func (l LeaseStore) withLock(id string, how int, fn func() error) error {
 
 // LeaseCurrent resolves the current generation of lease.ID and records the lease, atomically
 // with respect to garbage collection. It returns the leased generation's metadata.
+//
+// The lock is held only for the decision and its publication: reading current and renaming
+// the lease into place. Writing and syncing the lease (for the generation current was a
+// moment before) happens before the lock, and the generation's metadata is read after it,
+// when the published lease already keeps that generation from garbage collection. If
+// current moved in between, the lease is written again under the lock, as it always was.
 func (l LeaseStore) LeaseCurrent(lease Lease) (Generation, error) {
 	var g Generation
 	if err := checkID(lease.ID); err != nil {
@@ -54,22 +60,50 @@ func (l LeaseStore) LeaseCurrent(lease Lease) (Generation, error) {
 	if err := checkContainerID(lease.ContainerID); err != nil {
 		return g, err
 	}
+	if lease.CreatedAt.IsZero() {
+		lease.CreatedAt = time.Now().UTC()
+	}
+	file := l.LeaseFile(lease.ContainerID)
+	// A failed guess costs only the write under the lock; its error is decided there.
+	guess, gerr := l.layout().Current(lease.ID)
+	var tmp string
+	if gerr == nil {
+		lease.Epoch, lease.Generation = guess.Epoch, guess.Generation
+		if b, err := marshalState(lease); err == nil {
+			if tmp, err = writeTemp(file, b, stateFileMode); err != nil {
+				tmp = ""
+			}
+		}
+	}
+	if tmp != "" {
+		defer func() { _ = os.Remove(tmp) }() // gone after the rename; left by a failure
+	}
+	beforeLeaseLock()
+	var r Ref
 	err := l.withLock(lease.ID, unix.LOCK_SH, func() error {
-		r, err := l.layout().Current(lease.ID)
-		if err != nil {
+		var err error
+		if r, err = l.layout().Current(lease.ID); err != nil {
 			return err
 		}
-		if g, err = l.layout().ReadGeneration(lease.ID, r); err != nil {
-			return err
+		if tmp != "" && r == guess {
+			return os.Rename(tmp, file)
 		}
 		lease.Epoch, lease.Generation = r.Epoch, r.Generation
-		if lease.CreatedAt.IsZero() {
-			lease.CreatedAt = time.Now().UTC()
-		}
-		return writeJSON(l.LeaseFile(lease.ContainerID), lease)
+		return writeJSON(file, lease)
 	})
-	return g, err
+	if err != nil {
+		return g, err
+	}
+	if g, err = l.layout().ReadGeneration(lease.ID, r); err != nil {
+		// No lease on a generation the caller cannot use.
+		_ = os.Remove(file)
+		return g, err
+	}
+	return g, nil
 }
+
+// beforeLeaseLock lets tests move current between the lease's guess and its lock.
+var beforeLeaseLock = func() {}
 
 // ReleaseLease removes a container's lease; a missing lease is not an error.
 func (l LeaseStore) ReleaseLease(containerID string) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -217,4 +218,36 @@ func RemoveIfUnlocked(path string) error {
 		return nil // held: in use
 	}
 	return os.Remove(path)
+}
+
+// ReadPrivateFile reads a file whose content the shim trusts without checking it against
+// anything else (a cached verdict), judged as a lock file is: its directories by
+// CheckPrivateDir, the file opened without following a symlink or blocking on a FIFO, a
+// regular file owned by root (or the process) that nobody else can write. A file over
+// limit bytes is refused. Any refusal is an error; callers treat it as no entry.
+func ReadPrivateFile(path string, limit int64) ([]byte, error) {
+	if err := CheckPrivateDir(filepath.Dir(path)); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !ok || !fi.Mode().IsRegular() || !trustedOwner(st.Uid) || fi.Mode().Perm()&0o022 != 0:
+		return nil, fmt.Errorf("%s is not a regular file that only root can write (%s)", path, fi.Mode())
+	case fi.Size() > limit:
+		return nil, fmt.Errorf("%s is %d bytes, over %d", path, fi.Size(), limit)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err == nil && int64(len(b)) > limit {
+		err = fmt.Errorf("%s grew over %d bytes", path, limit)
+	}
+	return b, err
 }

@@ -213,3 +213,42 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// A trusted cache entry is read only from a file nobody but root can have written.
+func TestReadPrivateFile(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, dir, file string)
+		ok    bool
+	}{
+		{"root's file", func(*testing.T, string, string) {}, true},
+		{"group-writable file", func(t *testing.T, _, f string) { must(t, os.Chmod(f, 0o664)) }, false},
+		{"file in a directory others write", func(t *testing.T, d, _ string) { must(t, os.Chmod(d, 0o777)) }, false},
+		{"symlink", func(t *testing.T, d, f string) {
+			must(t, os.Rename(f, f+".real"))
+			must(t, os.Symlink(f+".real", f))
+		}, false},
+		{"fifo", func(t *testing.T, _, f string) { must(t, os.Remove(f)); must(t, unix.Mkfifo(f, 0o600)) }, false},
+		{"directory", func(t *testing.T, _, f string) { must(t, os.Remove(f)); must(t, os.Mkdir(f, 0o700)) }, false},
+		{"too big", func(t *testing.T, _, f string) { must(t, os.WriteFile(f, make([]byte, 65), 0o600)) }, false},
+		{"another user's file", func(t *testing.T, _, f string) {
+			if os.Geteuid() != 0 {
+				t.Skip("needs root to give the file away")
+			}
+			must(t, os.Chown(f, 65534, 65534))
+		}, false},
+		{"missing", func(t *testing.T, _, f string) { must(t, os.Remove(f)) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := filepath.Join(t.TempDir(), "cache")
+			must(t, os.Mkdir(d, 0o700))
+			f := filepath.Join(d, "entry")
+			must(t, os.WriteFile(f, []byte("verdict"), 0o600))
+			tc.setup(t, d, f)
+			b, err := ReadPrivateFile(f, 64)
+			if tc.ok != (err == nil) || (tc.ok && string(b) != "verdict") {
+				t.Fatalf("ReadPrivateFile = %q, %v; want ok %v", b, err, tc.ok)
+			}
+		})
+	}
+}

@@ -74,6 +74,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	if spec.Annotations[vocab.CRIContainerType] == vocab.CRIContainerTypeSandbox {
 		return s.TTRPCTaskService.Create(ctx, r)
 	}
+	defer profileCreate(ctx, r.ID)()
 	l := layout()
 	started := time.Now()
 	st := newSteps(started)
@@ -127,7 +128,7 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 	if err != nil {
 		return err
 	}
-	launch, err := readLaunch(launchDir)
+	launch, launchSum, err := readLaunch(launchDir)
 	if err != nil {
 		return err
 	}
@@ -135,7 +136,7 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 		return err
 	}
 	steps.mark("launch", time.Now())
-	if err := checkImage(ctx, r.ID, launch); err != nil {
+	if err := checkImage(ctx, imageVerdictsDir(l), r.ID, launch, launchSum); err != nil {
 		return err
 	}
 	steps.mark("image", time.Now())

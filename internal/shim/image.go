@@ -23,14 +23,21 @@ import (
 	"brewlet.sh/brewlet/internal/golden"
 )
 
+// connBuffer is the read and write buffer of the shim's connection to containerd.
+const connBuffer = 4 << 10
+
 // maxBlob bounds the manifest, index and config blobs read at container create.
 const maxBlob = 4 << 20
 
 // checkImage recognizes the container's image as a Brewlet artifact from its manifest and
 // checks that the image config mirrors launch.json. The shim sees only the snapshot mounts,
-// so it reads the manifest and config (a few KiB) from containerd's content store through
-// containerd's own API (GRPC_ADDRESS, which containerd gives every shim).
-func checkImage(ctx context.Context, containerID string, launch *artifact.Launch) error {
+// so it asks containerd's own API (GRPC_ADDRESS, which containerd gives every shim) which
+// image the container record names and what that image's target digest is: both can change
+// between creates (a tag re-pointed and pulled), so they are asked every time. What follows
+// from the digest is fixed by it, so the verdict on the blobs (a few KiB read from the
+// content store) is remembered per node in cacheDir (imagecache.go): a create whose image
+// this shim binary already checked against the same launch.json reads no blob.
+func checkImage(ctx context.Context, cacheDir, containerID string, launch *artifact.Launch, launchSum string) error {
 	addr := os.Getenv("GRPC_ADDRESS")
 	if addr == "" {
 		return errors.New("containerd did not give the shim its address (GRPC_ADDRESS); cannot check the image")
@@ -41,7 +48,10 @@ func checkImage(ctx context.Context, containerID string, launch *artifact.Launch
 	}
 	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(ctx, ns), 10*time.Second)
 	defer cancel()
-	conn, err := grpc.NewClient("unix://"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// A handful of calls of a few KiB each: gRPC's default 32 KiB read and write buffers per
+	// connection were the largest item of what a create allocated.
+	conn, err := grpc.NewClient("unix://"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithReadBufferSize(connBuffer), grpc.WithWriteBufferSize(connBuffer))
 	if err != nil {
 		return err
 	}
@@ -54,8 +64,26 @@ func checkImage(ctx context.Context, containerID string, launch *artifact.Launch
 	if err != nil {
 		return fmt.Errorf("look up image %s in containerd: %w", c.Container.Image, err)
 	}
-	content := contentapi.NewContentClient(conn)
-	mt, dg := img.Image.Target.MediaType, img.Image.Target.Digest
+	key := imageKey{Checks: imageChecksVersion, Shim: exeIdentity(), Platform: imagePlatform,
+		MediaType: img.Image.GetTarget().GetMediaType(), Target: img.Image.GetTarget().GetDigest(), Launch: launchSum}
+	cache := key.Shim != "" && cacheDir != ""
+	if cache {
+		if v, ok := readImageVerdict(cacheDir, key); ok {
+			return v.err()
+		}
+	}
+	err = checkBlobs(ctx, contentapi.NewContentClient(conn), key.MediaType, key.Target, launch)
+	if v, ok := imageVerdictOf(key, err); ok && cache {
+		// The verdict stands whether or not it is remembered: a failed write costs only
+		// another read of the blobs later.
+		_ = storeImageVerdict(cacheDir, v)
+	}
+	return err
+}
+
+// checkBlobs reads the manifest (through the index, for this node's platform) and config
+// of the image whose target is dg, and checks them against launch.
+func checkBlobs(ctx context.Context, content contentapi.ContentClient, mt, dg string, launch *artifact.Launch) error {
 	b, err := readBlob(ctx, content, dg)
 	if err != nil {
 		return err

@@ -2,6 +2,8 @@ package shim
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -41,26 +43,29 @@ func snapshotLayers(rootfs []*types.Mount) (launch string, app []string, m *type
 	return "", nil, nil, vocab.Errorf(vocab.ReasonUnsupportedArtifact, "the image has fewer than two layers; a Brewlet application artifact has app layers and a launch layer")
 }
 
-// readLaunch reads launch.json from the launch layer, which must hold nothing else.
-func readLaunch(dir string) (*artifact.Launch, error) {
+// readLaunch reads launch.json from the launch layer, which must hold nothing else, and
+// returns it with the sha256 of its bytes (hex), which keys the image verdict cache.
+func readLaunch(dir string) (*artifact.Launch, string, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if len(ents) != 1 || ents[0].Name() != artifact.LaunchFile || !ents[0].Type().IsRegular() {
-		return nil, vocab.Errorf(vocab.ReasonUnsupportedArtifact,
+		return nil, "", vocab.Errorf(vocab.ReasonUnsupportedArtifact,
 			"the image's top layer is not a launch layer holding only %s: this is not a Brewlet application artifact (build it with 'brewlet push')", artifact.LaunchFile)
 	}
 	f, err := os.OpenFile(filepath.Join(dir, artifact.LaunchFile), os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer func() { _ = f.Close() }()
 	b, err := io.ReadAll(io.LimitReader(f, artifact.MaxLaunchSize+1))
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return artifact.ParseLaunch(b)
+	l, err := artifact.ParseLaunch(b)
+	sum := sha256.Sum256(b)
+	return l, hex.EncodeToString(sum[:]), err
 }
 
 // validateApp applies the layer content rules to the application layers within

@@ -47,6 +47,7 @@ func Register() {
 			if err != nil {
 				return nil, err
 			}
+			enableAllocProfiling()
 			return &service{TTRPCTaskService: ts}, nil
 		},
 	})

@@ -198,6 +198,10 @@ const EnvOnDemandWait = "BREWLET_ONDEMAND_WAIT"
 // (default 1s; 0s: every create).
 const EnvSlowLaunch = "BREWLET_SLOW_LAUNCH"
 
+// EnvShimProfileDir, when set, makes the shim write a CPU and an allocation profile of
+// each application container's create into that directory (docs/shim.md, "Profiling").
+const EnvShimProfileDir = "BREWLET_SHIM_PROFILE_DIR"
+
 // EnvDevRoot relocates the device tree the shim scans for device-owning groups (tests;
 // default /dev).
 const EnvDevRoot = "BREWLET_DEV_ROOT"

@@ -327,6 +327,13 @@ func TestDataPathRunsAppOnRuntime(t *testing.T) {
 		mismatch := pushCrafted(t, d.n.Registry+"/apps/mismatch:1", func(c *v1.Config) { c.Entrypoint = []string{"/app/other"} }, vocab.ArtifactVersion, okApp...)
 		_, _, err = d.start(t, nil, func(c *runtimeapi.ContainerConfig) { c.Image.Image = mismatch })
 		expectReason(t, err, vocab.ReasonLaunchConfigMismatch)
+		// The node remembers the verdicts on both images (the app's pass, this refusal), and
+		// a second create of the refused one is refused alike from that memory.
+		if ents, err := os.ReadDir(filepath.Join(d.host.State, "image-verdicts")); err != nil || len(ents) < 2 {
+			t.Errorf("image verdicts not remembered: %v %d", err, len(ents))
+		}
+		_, _, err = d.start(t, nil, func(c *runtimeapi.ContainerConfig) { c.Image.Image = mismatch })
+		expectReason(t, err, vocab.ReasonLaunchConfigMismatch)
 		unversioned := pushCrafted(t, d.n.Registry+"/apps/unversioned:1", nil, "", okApp...)
 		_, _, err = d.start(t, nil, func(c *runtimeapi.ContainerConfig) { c.Image.Image = unversioned })
 		expectReason(t, err, vocab.ReasonUnsupportedArtifact)
