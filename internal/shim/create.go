@@ -75,6 +75,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		return s.TTRPCTaskService.Create(ctx, r)
 	}
 	defer profileCreate(ctx, r.ID)()
+	defer releaseMemorySoon()
 	l := layout()
 	started := time.Now()
 	st := newSteps(started)
