@@ -337,3 +337,37 @@ func BenchmarkLeaseCurrentParallel(b *testing.B) {
 		b.ReportMetric(float64(waited.Load())/float64(g)/1e6, "ms/gc-lock")
 	}
 }
+
+func TestRemoveStaleLeaseTemps(t *testing.T) {
+	l := Under(t.TempDir())
+	dir := filepath.Join(l.State, "leases")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	files := map[string]bool{ // name -> expected to remain
+		".tmp-c1.json-1": false, // left by a killed shim an hour ago
+		".tmp-c2.json-2": true,  // a create in flight
+		"c3.json":        true,  // a lease, however old
+	}
+	for name := range files {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if name != ".tmp-c2.json-2" {
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	n, err := l.RemoveStaleLeaseTemps(time.Now().Add(-StaleLeaseTempAge))
+	if err != nil || n != 1 {
+		t.Fatalf("removed %d (%v), want 1", n, err)
+	}
+	for name, remain := range files {
+		if _, err := os.Stat(filepath.Join(dir, name)); (err == nil) != remain {
+			t.Errorf("%s: present=%v, want %v", name, err == nil, remain)
+		}
+	}
+}

@@ -197,3 +197,39 @@ func (l LeaseStore) CollectUnder(id string, fn func() error) error {
 	}
 	return l.withLock(id, unix.LOCK_EX, fn)
 }
+
+// StaleLeaseTempAge is how old a lease's temporary file must be to count as left behind: a
+// shim writes one before taking the runtime's lock and renames it once it holds it, at most
+// about 35 s later; a shim killed in between leaves the file.
+const StaleLeaseTempAge = 10 * time.Minute
+
+// RemoveStaleLeaseTemps removes the lease directory's temporary files last changed before
+// cutoff (readers skip them; nothing else would remove them) and returns how many went.
+func (l LeaseStore) RemoveStaleLeaseTemps(cutoff time.Time) (int, error) {
+	dir := filepath.Join(l.State, "leases")
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	var errs error
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".tmp-") || !e.Type().IsRegular() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || !fi.ModTime().Before(cutoff) {
+			continue
+		}
+		switch err := os.Remove(filepath.Join(dir, e.Name())); {
+		case err == nil:
+			removed++
+		case !errors.Is(err, fs.ErrNotExist):
+			errs = errors.Join(errs, err)
+		}
+	}
+	return removed, errs
+}

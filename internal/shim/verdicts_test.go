@@ -314,3 +314,30 @@ func FuzzParseVerdict(f *testing.F) {
 		}
 	})
 }
+
+// A pass verdict skips validation: only a file root alone could have written answers.
+func TestPlantedVerdictIsNotRead(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "verdicts")
+	file := filepath.Join(dir, "set")
+	if err := storeVerdict(dir, file, verdict{OK: true}); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := readVerdict(file); !ok || !v.OK {
+		t.Fatalf("the shim's own verdict was not read: %+v %v", v, ok)
+	}
+	if err := os.Chmod(file, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := readVerdict(file); ok {
+		t.Fatal("a verdict file others can write answered")
+	}
+	if err := os.Chmod(file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := readVerdict(file); ok {
+		t.Fatal("a verdict in a directory others can write answered")
+	}
+}

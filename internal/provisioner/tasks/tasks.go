@@ -315,6 +315,13 @@ func (a Reporter) Report(ctx context.Context) ([]brewletv1.NodeTask, bool) {
 				l.ContainerID, l.PodNamespace, l.PodName, l.ContainerName, l.ID, l.Generation, l.CreatedAt.Format(time.RFC3339))
 		}
 	}
+	if a.MayWrite == nil || a.MayWrite() == nil {
+		if n, err := a.Layout.RemoveStaleLeaseTemps(time.Now().Add(-hoststate.StaleLeaseTempAge)); err != nil {
+			a.logf("remove lease files a killed shim left: %v", err)
+		} else if n > 0 {
+			a.logf("removed %d temporary lease file(s) a killed shim left", n)
+		}
+	}
 	tasks := make([]brewletv1.NodeTask, 0, len(d.report))
 	for _, l := range d.report {
 		tasks = append(tasks, brewletv1.NodeTask{PodNamespace: l.PodNamespace, PodName: l.PodName,
