@@ -76,7 +76,7 @@ func Main(ctx context.Context, o Options) error {
 		return err
 	}
 	for _, k := range o.StartupTaints {
-		if err := vocab.ValidStartupTaint(k); err != nil {
+		if err := agent.ValidStartupTaint(k); err != nil {
 			return fmt.Errorf("--startup-taints (provisioner.startupTaints): %w", err)
 		}
 	}

@@ -1,13 +1,17 @@
-package vocab
+package agent
 
-import "testing"
+import (
+	"testing"
+
+	"brewlet.sh/brewlet/internal/vocab"
+)
 
 func TestValidStartupTaint(t *testing.T) {
 	for _, tc := range []struct {
 		key string
 		ok  bool
 	}{
-		{TaintRuntimeNotReady, true},
+		{vocab.TaintRuntimeNotReady, true},
 		{"example.com/brewlet-startup", true},
 		{"brewlet-startup", true},
 		{"startup-taint.cluster-autoscaler.kubernetes.io/brewlet", true},
@@ -27,8 +31,8 @@ func TestValidStartupTaint(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("ValidStartupTaint(%q) = %v, want ok=%v", tc.key, err, tc.ok)
 		}
-		if err != nil && ReasonOf(err) != ReasonInvalidStartupTaint {
-			t.Errorf("ValidStartupTaint(%q): reason %q", tc.key, ReasonOf(err))
+		if err != nil && vocab.ReasonOf(err) != vocab.ReasonInvalidStartupTaint {
+			t.Errorf("ValidStartupTaint(%q): reason %q", tc.key, vocab.ReasonOf(err))
 		}
 	}
 }
