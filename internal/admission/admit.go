@@ -271,12 +271,22 @@ func requireRuntimeLabel(pod *corev1.Pod, id string) {
 	if len(ns.NodeSelectorTerms) == 0 {
 		ns.NodeSelectorTerms = []corev1.NodeSelectorTerm{{}}
 	}
-	for i := range ns.NodeSelectorTerms {
-		t := &ns.NodeSelectorTerms[i]
-		if !slices.ContainsFunc(t.MatchExpressions, func(r corev1.NodeSelectorRequirement) bool {
-			return r.Key == req.Key && r.Operator == req.Operator && slices.Equal(r.Values, req.Values)
-		}) {
-			t.MatchExpressions = append(t.MatchExpressions, *req.DeepCopy())
+	andIntoEveryTerm(ns.NodeSelectorTerms, req, false)
+}
+
+// andIntoEveryTerm adds req to every term's expressions (or, for a field, its fields) where
+// an equal requirement is not there yet, so admitting an admitted pod changes nothing.
+func andIntoEveryTerm(terms []corev1.NodeSelectorTerm, req corev1.NodeSelectorRequirement, field bool) {
+	same := func(r corev1.NodeSelectorRequirement) bool {
+		return r.Key == req.Key && r.Operator == req.Operator && slices.Equal(r.Values, req.Values)
+	}
+	for i := range terms {
+		list := &terms[i].MatchExpressions
+		if field {
+			list = &terms[i].MatchFields
+		}
+		if !slices.ContainsFunc(*list, same) {
+			*list = append(*list, *req.DeepCopy())
 		}
 	}
 }

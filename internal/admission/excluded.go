@@ -19,7 +19,8 @@ const maxAvoidedNodes = 500
 // (status.rotation.excludedNodes): a stuck node whose agent is silent would refuse the pod
 // at start (its generation is older than the barrier, or its authorization has expired),
 // and a restart exists to move pods onto nodes that serve the target. The names are
-// ANDed into every required term as `metadata.name NotIn`, as requireRuntimeLabel does.
+// ANDed into every required term as `metadata.name NotIn` (after requireRuntimeLabel,
+// which leaves at least one term).
 // The requirement is fixed at admission: a node that rejoins later receives the
 // workload's next pods, not these.
 //
@@ -40,14 +41,7 @@ func avoidExcludedNodes(pod *corev1.Pod, ri *brewletv1.RuntimeImage) {
 	}
 	slices.Sort(names)
 	req := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: names}
-	for i := range pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-		t := &pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[i]
-		if !slices.ContainsFunc(t.MatchFields, func(r corev1.NodeSelectorRequirement) bool {
-			return r.Key == req.Key && r.Operator == req.Operator && slices.Equal(r.Values, req.Values)
-		}) {
-			t.MatchFields = append(t.MatchFields, *req.DeepCopy())
-		}
-	}
+	andIntoEveryTerm(pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms, req, true)
 }
 
 // pinned reports whether the pod can run on one node only.

@@ -124,14 +124,7 @@ func TestGenerationsLeasesAndCurrent(t *testing.T) {
 
 // Garbage collection holding the exclusive lock blocks a concurrent lease until it is done.
 func TestCollectUnderExcludesLeasing(t *testing.T) {
-	l := Under(t.TempDir())
-	id := "busybox"
-	if err := l.WriteGeneration(Generation{ID: id, Epoch: "e", Generation: 1, Layers: []string{"sha256:a"}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.SetCurrent(id, Ref{"e", 1}); err != nil {
-		t.Fatal(err)
-	}
+	l, id := busyboxInstalled(t)
 	var mu sync.Mutex
 	var order []string
 	inGC := make(chan struct{})
@@ -254,14 +247,7 @@ func TestLeaseCurrentGuess(t *testing.T) {
 // While garbage collection holds the runtime's lock, a lease waiting for it has already
 // written and synced its file: only the rename is left for the lock.
 func TestLeasePreparedBeforeLock(t *testing.T) {
-	l := Under(t.TempDir())
-	id := "busybox"
-	if err := l.WriteGeneration(Generation{ID: id, Epoch: "e", Generation: 1, Layers: []string{"sha256:a"}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.SetCurrent(id, Ref{"e", 1}); err != nil {
-		t.Fatal(err)
-	}
+	l, id := busyboxInstalled(t)
 	inGC, done := make(chan struct{}), make(chan error)
 	go func() {
 		done <- l.CollectUnder(id, func() error {
@@ -294,14 +280,7 @@ func TestLeasePreparedBeforeLock(t *testing.T) {
 // BenchmarkLeaseCurrentParallel is twenty creates leasing at once while a collector tries
 // to take the exclusive lock between them.
 func BenchmarkLeaseCurrentParallel(b *testing.B) {
-	l := Under(b.TempDir())
-	id := "busybox"
-	if err := l.WriteGeneration(Generation{ID: id, Epoch: "e", Generation: 1, Layers: []string{"sha256:a"}}); err != nil {
-		b.Fatal(err)
-	}
-	if err := l.SetCurrent(id, Ref{"e", 1}); err != nil {
-		b.Fatal(err)
-	}
+	l, id := busyboxInstalled(b)
 	stop := make(chan struct{})
 	var gcs, waited atomic.Int64
 	go func() {
@@ -370,4 +349,17 @@ func TestRemoveStaleLeaseTemps(t *testing.T) {
 			t.Errorf("%s: present=%v, want %v", name, err == nil, remain)
 		}
 	}
+}
+
+// busyboxInstalled is a fresh layout whose runtime "busybox" has generation 1 current.
+func busyboxInstalled(tb testing.TB) (Layout, string) {
+	tb.Helper()
+	l, id := Under(tb.TempDir()), "busybox"
+	if err := l.WriteGeneration(Generation{ID: id, Epoch: "e", Generation: 1, Layers: []string{"sha256:a"}}); err != nil {
+		tb.Fatal(err)
+	}
+	if err := l.SetCurrent(id, Ref{"e", 1}); err != nil {
+		tb.Fatal(err)
+	}
+	return l, id
 }

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"brewlet.sh/brewlet/internal/testutil"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -89,12 +90,7 @@ func TestJudgeLockFile(t *testing.T) {
 // On disk: a fresh lock is 0600, an older Brewlet's 0644 lock is repaired, and a lock file
 // or directory another user could have made is refused before anything is locked.
 func TestRuntimeLockFiles(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("CI must run as root: the test makes files owned by another user")
-		}
-		t.Skip("needs root: files owned by another user")
-	}
+	testutil.RequireRoot(t, "the test makes files owned by another user")
 	ran := func(l Layout) error { return l.CollectUnder("rt", func() error { return nil }) }
 	for _, tc := range []struct {
 		name    string
@@ -232,9 +228,7 @@ func TestReadPrivateFile(t *testing.T) {
 		{"directory", func(t *testing.T, _, f string) { must(t, os.Remove(f)); must(t, os.Mkdir(f, 0o700)) }, false},
 		{"too big", func(t *testing.T, _, f string) { must(t, os.WriteFile(f, make([]byte, 65), 0o600)) }, false},
 		{"another user's file", func(t *testing.T, _, f string) {
-			if os.Geteuid() != 0 {
-				t.Skip("needs root to give the file away")
-			}
+			testutil.RequireRoot(t, "the test gives the file to another user")
 			must(t, os.Chown(f, 65534, 65534))
 		}, false},
 		{"missing", func(t *testing.T, _, f string) { must(t, os.Remove(f)) }, false},

@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"sync"
 	"time"
-
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
 // Timeouts bound every phase of a registry call, so a registry or mirror that accepts a
@@ -64,10 +62,6 @@ func Transport(t Timeouts) http.RoundTripper {
 	}
 	return &stallTransport{base: base, stall: t.Stall}
 }
-
-// WithTimeouts is the remote option for Transport(t). Put it before any option that sets
-// a transport of its own (the last one wins).
-func WithTimeouts(t Timeouts) remote.Option { return remote.WithTransport(Transport(t)) }
 
 // StallError is a response body that stopped moving.
 type StallError struct {

@@ -309,7 +309,7 @@ func (k *KubeletNode) start(t TB, cp *ControlPlane, bin string, labels map[strin
 	}
 	// With a cluster view, the kubelet checks and creates hostPath volumes in the node's
 	// own host layout, as containerd then mounts them.
-	view, err := k.ViewBinds()
+	view, err := k.viewBinds()
 	if err != nil {
 		return err
 	}

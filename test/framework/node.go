@@ -6,17 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -85,7 +82,7 @@ type NodeOptions struct {
 	// View is a directory every node of a multi-node cluster names alike. The node's
 	// containerd (with its shims and pods) and its kubelet run in mount namespaces that bind
 	// the node's host layout, containerd config directory and socket directory there
-	// (ViewBinds), so that each node has its own state at the same paths, as separate
+	// (viewBinds), so that each node has its own state at the same paths, as separate
 	// machines would, and one chart (one hostPrefix, one config and socket path) serves
 	// them all. "" leaves the paths as they are.
 	View string
@@ -167,79 +164,6 @@ func (n *Node) buildBinaries(t TB) error {
 		}
 	}
 	return nil
-}
-
-func (n *Node) startRegistry(t TB) error {
-	host := "127.0.0.1"
-	if n.net != nil {
-		host = n.HostAddr()
-	}
-	addr, p, err := startRegistryIn(t, n.Instance, host, "")
-	n.Registry, n.RegistryProc = addr, p
-	return err
-}
-
-// Registry is a standalone loopback OCI registry (the distribution registry).
-type Registry struct {
-	*Instance
-	Addr string // host:port
-	Proc *Process
-}
-
-// StartRegistry starts a registry of its own, removed when the test ends.
-func StartRegistry(t TB) *Registry { return StartRegistryWith(t, "", "") }
-
-// StartRegistryWith starts a registry that requires basic credentials when user is set.
-func StartRegistryWith(t TB, user, password string) *Registry {
-	t.Helper()
-	Tool(t, "registry")
-	in := NewInstance(t, "r")
-	auth := ""
-	if user != "" {
-		hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		htpasswd := filepath.Join(in.Dir, "htpasswd")
-		if err := os.WriteFile(htpasswd, []byte(user+":"+string(hash)+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		auth = fmt.Sprintf("auth:\n  htpasswd:\n    realm: brewlet-e2e\n    path: %s\n", htpasswd)
-	}
-	addr, p, err := startRegistryIn(t, in, "127.0.0.1", auth)
-	if err != nil {
-		t.Fatalf("start registry: %v", err)
-	}
-	return &Registry{Instance: in, Addr: addr, Proc: p}
-}
-
-func startRegistryIn(t TB, in *Instance, host, auth string) (string, *Process, error) {
-	addr := net.JoinHostPort(host, strconv.Itoa(FreePort(t)))
-	cfg := filepath.Join(in.Dir, "registry.yml")
-	body := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n%s",
-		filepath.Join(in.Dir, "registry"), addr, auth)
-	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
-		return "", nil, err
-	}
-	p, err := in.Start("registry", nil, Tool(t, "registry"), "serve", cfg)
-	if err != nil {
-		return "", nil, err
-	}
-	return addr, p, p.WaitReady(60*time.Second, func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v2/", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode == http.StatusOK || (auth != "" && resp.StatusCode == http.StatusUnauthorized) {
-			return nil // serving (and, with auth, asking for credentials)
-		}
-		return fmt.Errorf("registry /v2/: %s", resp.Status)
-	})
 }
 
 func (n *Node) pushBaseImages(TB) error {
@@ -337,7 +261,7 @@ func ContainerdTool(version string) string { return nodeconfig.Tool(version) }
 
 func (n *Node) runContainerd() error {
 	env := []string{"PATH=" + n.BinDir + ":" + ToolsBin() + ":" + os.Getenv("PATH")}
-	binds, err := n.ViewBinds()
+	binds, err := n.viewBinds()
 	if err != nil {
 		return err
 	}
@@ -371,9 +295,9 @@ func (n *Node) runContainerd() error {
 	return nil
 }
 
-// ViewBinds are the binds (source, target) that give the node's processes their view of
+// viewBinds are the binds (source, target) that give the node's processes their view of
 // NodeOptions.View: none without one. Sources and targets are created when missing.
-func (n *Node) ViewBinds() ([][2]string, error) {
+func (n *Node) viewBinds() ([][2]string, error) {
 	if n.opts.View == "" {
 		return nil, nil
 	}
@@ -388,10 +312,6 @@ func (n *Node) ViewBinds() ([][2]string, error) {
 	}
 	return binds, nil
 }
-
-// TrustRegistry lets the node pull from another node's loopback registry (plain HTTP), as
-// the nodes of a cluster share one registry.
-func (n *Node) TrustRegistry(addr string) error { return writeHosts(n.Dir, addr) }
 
 // RestartContainerd stops containerd and starts it again with its (possibly changed)
 // config, as systemctl restart would; running containers and their shims survive.
@@ -470,19 +390,6 @@ func (n *Node) writeCNIConfig() error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "10-brewlet-e2e.conflist"), b, 0o644)
-}
-
-func (n *Node) writeRegistryHosts() error { return writeHosts(n.Dir, n.Registry) }
-
-// writeHosts writes containerd's hosts.toml for a plain-HTTP registry below a node's
-// certs.d (read at each pull: no restart needed).
-func writeHosts(nodeDir, registry string) error {
-	dir := filepath.Join(nodeDir, "certs.d", registry)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	body := fmt.Sprintf("server = \"http://%s\"\n\n[host.\"http://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", registry, registry)
-	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(body), 0o644)
 }
 
 // freeSubnet picks a /24 in 10.200.0.0/13 that no route of the host covers.
