@@ -137,8 +137,12 @@ func neutralizeSpec(s *specs.Spec) {
 	}
 	// A filter that lets a capability-gated call run can only be containerd's RuntimeDefault
 	// for capabilities the pod asked for (checkSpec refused any other): it is narrowed to
-	// the profile for a process without capabilities, which Brewlet processes are.
-	if permissiveSeccomp(s.Linux.Seccomp) || gatedSyscall(s.Linux.Seccomp) != "" {
+	// the profile for a process without capabilities, which Brewlet processes are, and for
+	// the node's own ABI (seccomp.go, nativeArch). So is containerd's RuntimeDefault for any
+	// capabilities: it is containerd's choice, not the pod author's. A Localhost profile
+	// that opens nothing gated is the author's and stays as written. Called before the
+	// process rules drop the capabilities, which RuntimeDefault is recognized by.
+	if permissiveSeccomp(s.Linux.Seccomp) || gatedSyscall(s.Linux.Seccomp) != "" || isRuntimeDefault(s) {
 		s.Linux.Seccomp = noCapsProfile()
 	}
 }

@@ -2,6 +2,7 @@ package shim
 
 import (
 	"encoding/json"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -366,4 +367,50 @@ func FuzzSELinuxLabels(f *testing.F) {
 			}
 		}
 	})
+}
+
+// containerd's RuntimeDefault lists the 32-bit ABIs beside the native one; Brewlet's filter
+// keeps only the native ABI whatever capabilities the pod asked for, while a pod author's
+// own profile (Localhost) that opens nothing gated is left exactly as written.
+func TestNeutralizeKeepsOnlyTheNativeABI(t *testing.T) {
+	native, ok := nativeArch[goruntime.GOARCH]
+	if !ok {
+		t.Fatalf("no native seccomp architecture for %s", goruntime.GOARCH)
+	}
+	localhost := &specs.LinuxSeccomp{DefaultAction: specs.ActErrno,
+		Architectures: []specs.Arch{specs.ArchX86_64, specs.ArchX86, specs.ArchAARCH64, specs.ArchARM},
+		Syscalls:      []specs.LinuxSyscall{{Names: []string{"read", "write"}, Action: specs.ActAllow}}}
+	for _, tc := range []struct {
+		name  string
+		caps  []string
+		sc    func(*specs.Spec) *specs.LinuxSeccomp
+		archs []specs.Arch
+	}{
+		{"RuntimeDefault, no capabilities", nil, seccomp.DefaultProfile, []specs.Arch{native}},
+		{"RuntimeDefault, CAP_NET_BIND_SERVICE", []string{"CAP_NET_BIND_SERVICE"}, seccomp.DefaultProfile, []specs.Arch{native}},
+		{"RuntimeDefault, CAP_SYS_PTRACE (opens non-gated calls)", []string{"CAP_SYS_PTRACE"}, seccomp.DefaultProfile, []specs.Arch{native}},
+		{"RuntimeDefault, CAP_SYS_ADMIN", []string{"CAP_SYS_ADMIN"}, seccomp.DefaultProfile, []specs.Arch{native}},
+		{"Unconfined", nil, func(*specs.Spec) *specs.LinuxSeccomp { return nil }, []specs.Arch{native}},
+		{"Localhost without gated calls", nil, func(*specs.Spec) *specs.LinuxSeccomp { return localhost }, localhost.Architectures},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := criSpec()
+			s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: tc.caps, Effective: tc.caps, Permitted: tc.caps}
+			s.Linux.Seccomp = tc.sc(s)
+			if err := checkSpec(s, hostFacts{}, ""); err != nil {
+				t.Fatal(err)
+			}
+			neutralizeSpec(s)
+			if got := s.Linux.Seccomp.Architectures; !slices.Equal(got, tc.archs) {
+				t.Errorf("architectures %v, want %v", got, tc.archs)
+			}
+			if tc.archs[0] == native && len(tc.archs) == 1 {
+				want, _ := json.Marshal(noCapsProfile())
+				have, _ := json.Marshal(s.Linux.Seccomp)
+				if string(want) != string(have) {
+					t.Errorf("filter is not the profile for no capabilities on the native ABI")
+				}
+			}
+		})
+	}
 }

@@ -121,10 +121,6 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 	if err := vocab.ValidateRuntimeID(id); err != nil {
 		return err
 	}
-	if err := checkSpec(spec, readHostFacts(cmp.Or(os.Getenv(vocab.EnvDevRoot), "/dev")), cmp.Or(r.Checkpoint, r.ParentCheckpoint)); err != nil {
-		return err
-	}
-	steps.mark("spec-check", time.Now())
 	launchDir, app, mount, err := snapshotLayers(r.Rootfs)
 	if err != nil {
 		return err
@@ -137,19 +133,34 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 		return err
 	}
 	steps.mark("launch", time.Now())
-	if err := checkImage(ctx, imageVerdictsDir(l), r.ID, launch, launchSum); err != nil {
+	// The image is judged while the node-local steps run (image.go, imageCheck); its
+	// result is awaited before the application layers are validated and before anything
+	// reaches runc.
+	img := startImageCheck(ctx, imageVerdictsDir(l), r.ID, launch, launchSum)
+	defer img.stop()
+	if err := checkSpec(spec, readHostFacts(cmp.Or(os.Getenv(vocab.EnvDevRoot), "/dev")), cmp.Or(r.Checkpoint, r.ParentCheckpoint)); err != nil {
 		return err
 	}
-	steps.mark("image", time.Now())
+	steps.mark("spec-check", time.Now())
 	auth, err := authorized(l, id)
 	if err != nil {
-		return err
+		return img.before(err)
 	}
 	steps.mark("authorization", time.Now())
 	lease := hoststate.Lease{ContainerID: r.ID, ID: id,
 		PodNamespace: ann[vocab.CRISandboxNamespace], PodName: ann[vocab.CRISandboxName],
 		PodUID: ann[vocab.CRISandboxUID], ContainerName: ann[vocab.CRIContainerName]}
 	gen, err := l.LeaseCurrent(lease)
+	if err == nil {
+		*leased = true
+	}
+	steps.mark("lease", time.Now())
+	// Nothing is asked of the agent, and no error about the node is given, for an image
+	// that is refused anyway.
+	if ierr := img.wait(); ierr != nil {
+		return ierr
+	}
+	steps.mark("image", time.Now())
 	if err != nil && auth.OnDemand && vocab.ReasonOf(err) == vocab.ReasonRuntimeImageNotInstalled {
 		gen, err = waitOnDemand(l, lease, auth.Epoch)
 	}
@@ -174,7 +185,7 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 	if err := checkIdentity(spec.Process.User, gen.UID); err != nil {
 		return err
 	}
-	steps.mark("lease", time.Now())
+	steps.mark("generation", time.Now())
 	if err := validateApp(ctx, l, app); err != nil {
 		return err
 	}
@@ -207,8 +218,8 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 	if err := saveState(l, r.ID, st); err != nil {
 		return err
 	}
+	neutralizeSpec(spec) // first: it recognizes RuntimeDefault by the capabilities asked for
 	applyProcessRules(spec.Process, st)
-	neutralizeSpec(spec)
 	// Packaged /app is read-only to the process: a read-only bind of the composed /app.
 	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/app", Type: "bind",
 		Source: filepath.Join(r.Bundle, "rootfs", "app"), Options: []string{"rbind", "ro"}})

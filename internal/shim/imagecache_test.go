@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -396,4 +397,25 @@ func FuzzParseImageVerdict(f *testing.F) {
 			t.Fatalf("%+v does not survive a round trip", v)
 		}
 	})
+}
+
+// The image check runs beside the node-local steps, but its refusal is the one a create
+// reports, as when it ran first; abandoning it returns at once.
+func TestImageCheckRefusalComesFirst(t *testing.T) {
+	t.Setenv("GRPC_ADDRESS", "") // checkImage refuses without containerd's address
+	c := startImageCheck(context.Background(), t.TempDir(), "c1", nil, "")
+	nodeErr := errors.New("the node refused")
+	if err := c.before(nodeErr); err == nil || err == nodeErr || !strings.Contains(err.Error(), "GRPC_ADDRESS") {
+		t.Errorf("before(node refusal) = %v, want the image check's refusal", err)
+	}
+	c.stop()
+
+	t.Setenv("GRPC_ADDRESS", filepath.Join(t.TempDir(), "no-containerd.sock"))
+	c = startImageCheck(context.Background(), t.TempDir(), "c1", nil, "")
+	c.stop() // cancelled: the goroutine is gone when stop returns
+	select {
+	case <-c.done:
+	default:
+		t.Fatal("stop returned before the check ended")
+	}
 }

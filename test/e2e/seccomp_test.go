@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -54,6 +56,41 @@ func TestShimSeccompForNoCapabilities(t *testing.T) {
 		}
 	})
 
+	// The narrowed filter names only the node's own ABI: a 64-bit process entering the
+	// kernel through the 32-bit gate (int 0x80) loses the calling thread to seccomp, where
+	// the stock handler's RuntimeDefault, which lists x86 and x32 too, lets the call run.
+	t.Run("RuntimeDefault admits only the native system-call ABI", func(t *testing.T) {
+		if runtime.GOARCH != "amd64" {
+			t.Fatalf("the probe is amd64 assembly; this node is %s", runtime.GOARCH)
+		}
+		defaultFilter := func(c *runtimeapi.ContainerConfig) {
+			c.Linux.SecurityContext.Seccomp = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}
+		}
+		cid, pod, err := d.startIn(t, nil, nil, func(c *runtimeapi.ContainerConfig) {
+			c.Image = &runtimeapi.ImageSpec{Image: app}
+			c.Command = []string{"/app/bin/compat32"}
+			defaultFilter(c)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := d.output(t, cid, pod)
+		t.Logf("brewlet container:\n%s", out)
+		if !strings.Contains(out, "compat32-thread-gone") || strings.Contains(out, "compat32-getpid=") {
+			t.Errorf("brewlet container: the 32-bit call was not stopped by the filter:\n%s", out)
+		}
+		probe := filepath.Dir(compat32Probe(t))
+		stock := stockRun(t, d.n, func(c *runtimeapi.ContainerConfig) {
+			c.Command = []string{"/probe/compat32"}
+			c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/probe", HostPath: probe, Readonly: true}}
+			defaultFilter(c)
+		})
+		t.Logf("stock runc container with the same filter request:\n%s", stock)
+		if !strings.Contains(stock, "compat32-getpid=") {
+			t.Errorf("control: the 32-bit call failed on the stock handler too (a kernel without IA32 emulation?), so the test proves nothing:\n%s", stock)
+		}
+	})
+
 	t.Run("a Localhost profile opening unshare is refused", func(t *testing.T) {
 		prof := filepath.Join(t.TempDir(), "open-unshare.json")
 		if err := os.WriteFile(prof, []byte(`{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["unshare","read","write"],"action":"SCMP_ACT_ALLOW"}]}`), 0o644); err != nil {
@@ -81,12 +118,31 @@ func pushBusyboxApp(t *testing.T, d *dataPath) string {
 	if err := os.WriteFile(filepath.Join(src, "busybox"), b, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if b, err = os.ReadFile(compat32Probe(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "compat32"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	ref := d.n.Registry + "/apps/busybox-probe:1"
 	if _, errOut, code := brewlet(t, d.cli, "push", ref, "--layer", "app="+src+":/app/bin",
 		"--entrypoint", "/app/bin/busybox", "--requires-runtime", pyID); code != 0 {
 		t.Fatalf("push busybox app: %s", errOut)
 	}
 	return ref
+}
+
+// compat32Probe builds testdata/compat32 (a static binary making one 32-bit system call)
+// into a directory of its own and returns its path.
+func compat32Probe(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "compat32")
+	cmd := exec.Command("go", "build", "-o", path, "./testdata/compat32")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the 32-bit call probe: %v: %s", err, out)
+	}
+	return path
 }
 
 // stockRun runs one container on the stock runc handler as uid 10001 and returns its log.
