@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"context"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,20 +14,16 @@ import (
 	"strings"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
-
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
 // Determinism policy: entries sorted by path, owner 0:0 without names, timestamps at the
 // epoch, permission bits kept as found, gzip at a fixed level. Same inputs, same digest.
+// FixedTime and CompressionLevel are shared with internal/artifact/ociimage, which
+// assembles the image.
 var (
-	fixedTime        = time.Unix(0, 0).UTC()
-	compressionLevel = gzip.DefaultCompression
+	FixedTime        = time.Unix(0, 0).UTC()
+	CompressionLevel = gzip.DefaultCompression
 )
 
 // LayerSpec is one --layer ROLE=SRC:DEST of `brewlet push`.
@@ -122,7 +117,7 @@ func TreeTar(src, dest string) ([]byte, error) {
 }
 
 func writeDir(tw *tar.Writer, name string, mode int64) error {
-	return tw.WriteHeader(&tar.Header{Name: name + "/", Typeflag: tar.TypeDir, Mode: mode, ModTime: fixedTime, Format: tar.FormatPAX})
+	return tw.WriteHeader(&tar.Header{Name: name + "/", Typeflag: tar.TypeDir, Mode: mode, ModTime: FixedTime, Format: tar.FormatPAX})
 }
 
 // writeEntry writes one file system object. Hard links become copies; special files are
@@ -144,7 +139,7 @@ func writeEntry(tw *tar.Writer, src, name string, fi fs.FileInfo) error {
 		h.Name += "/"
 	}
 	h.Uid, h.Gid, h.Uname, h.Gname = 0, 0, "", ""
-	h.ModTime, h.AccessTime, h.ChangeTime = fixedTime, time.Time{}, time.Time{}
+	h.ModTime, h.AccessTime, h.ChangeTime = FixedTime, time.Time{}, time.Time{}
 	h.Format = tar.FormatPAX
 	if err := tw.WriteHeader(h); err != nil {
 		return err
@@ -171,76 +166,11 @@ func LaunchLayerTar(l *Launch) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	if err := tw.WriteHeader(&tar.Header{Name: LaunchFile, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body)),
-		ModTime: fixedTime, Format: tar.FormatPAX}); err != nil {
+		ModTime: FixedTime, Format: tar.FormatPAX}); err != nil {
 		return nil, err
 	}
 	if _, err := tw.Write(body); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), tw.Close()
-}
-
-// RoleLayer is an uncompressed layer with its role.
-type RoleLayer struct {
-	Role string
-	Tar  []byte
-}
-
-// OCILayer compresses a tar deterministically.
-func OCILayer(b []byte) (v1.Layer, error) {
-	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil },
-		tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(compressionLevel))
-}
-
-// BuildImage assembles a validated artifact image for one platform: app and dependency
-// layers in the given order, then the launch layer, with the config mirroring launch.json.
-func BuildImage(layers []RoleLayer, l *Launch, platform v1.Platform) (v1.Image, error) {
-	var readers []io.Reader
-	for _, rl := range layers {
-		readers = append(readers, bytes.NewReader(rl.Tar))
-	}
-	if err := ValidateTarLayers(context.Background(), readers, nil, DefaultLimits()); err != nil {
-		return nil, err
-	}
-	launchTar, err := LaunchLayerTar(l)
-	if err != nil {
-		return nil, err
-	}
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	all := append(append([]RoleLayer{}, layers...), RoleLayer{Role: vocab.LayerLaunch, Tar: launchTar})
-	for _, rl := range all {
-		layer, err := OCILayer(rl.Tar)
-		if err != nil {
-			return nil, err
-		}
-		img, err = mutate.Append(img, mutate.Addendum{Layer: layer, MediaType: types.OCILayer,
-			Annotations: map[string]string{vocab.AnnotationLayer: rl.Role}})
-		if err != nil {
-			return nil, err
-		}
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture, cf.Variant = platform.OS, platform.Architecture, platform.Variant
-	cf.Config = ImageConfig(l)
-	cf.Created = v1.Time{Time: fixedTime}
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		return nil, err
-	}
-	return mutate.Annotations(img, map[string]string{vocab.AnnotationArtifactVersion: vocab.ArtifactVersion}).(v1.Image), nil
-}
-
-// BuildIndex wraps per-platform images in an OCI index.
-func BuildIndex(imgs []v1.Image, platforms []v1.Platform) v1.ImageIndex {
-	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
-	for i, img := range imgs {
-		p := platforms[i]
-		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &p}})
-	}
-	return idx
 }

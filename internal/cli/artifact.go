@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"brewlet.sh/brewlet/internal/artifact"
+	"brewlet.sh/brewlet/internal/artifact/ociimage"
 	"brewlet.sh/brewlet/internal/registry"
 )
 
@@ -89,7 +90,7 @@ func (o *pushOpts) run(cmd *cobra.Command, refStr string) error {
 	if err != nil {
 		return err
 	}
-	var layers []artifact.RoleLayer
+	var layers []ociimage.RoleLayer
 	apps := 0
 	for _, s := range o.layers {
 		spec, err := artifact.ParseLayerSpec(s)
@@ -103,7 +104,7 @@ func (o *pushOpts) run(cmd *cobra.Command, refStr string) error {
 		if err != nil {
 			return fmt.Errorf("--layer %s: %w", s, err)
 		}
-		layers = append(layers, artifact.RoleLayer{Role: spec.Role, Tar: b})
+		layers = append(layers, ociimage.RoleLayer{Role: spec.Role, Tar: b})
 	}
 	if apps == 0 {
 		return usageError{fmt.Errorf("at least one --layer must have role app")}
@@ -119,7 +120,7 @@ func (o *pushOpts) run(cmd *cobra.Command, refStr string) error {
 		if err != nil {
 			return usageError{err}
 		}
-		img, err := artifact.BuildImage(layers, l, p)
+		img, err := ociimage.BuildImage(layers, l, p)
 		if err != nil {
 			return err
 		}
@@ -134,7 +135,7 @@ func (o *pushOpts) run(cmd *cobra.Command, refStr string) error {
 			digest, err = imgs[0].Digest()
 		}
 	} else {
-		idx := artifact.BuildIndex(imgs, plats)
+		idx := ociimage.BuildIndex(imgs, plats)
 		err = remote.WriteIndex(ref, idx, opts...)
 		if err == nil {
 			digest, err = idx.Digest()

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"brewlet.sh/brewlet/internal/artifact"
+	"brewlet.sh/brewlet/internal/artifact/ociimage"
 	"brewlet.sh/brewlet/internal/golden"
 	"brewlet.sh/brewlet/internal/registry"
 )
@@ -94,7 +95,7 @@ func (o *runtimeBuildOpts) run(cmd *cobra.Command, refStr string) error {
 	}
 	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	for _, b := range tars {
-		layer, err := artifact.OCILayer(b)
+		layer, err := ociimage.OCILayer(b)
 		if err != nil {
 			return err
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"brewlet.sh/brewlet/internal/artifact"
+	"brewlet.sh/brewlet/internal/artifact/ociimage"
 	"brewlet.sh/brewlet/internal/registry"
 )
 
@@ -67,7 +68,7 @@ func (b Builder) Build(ctx context.Context, c Component, platforms []v1.Platform
 		}
 		imgs = append(imgs, img)
 	}
-	return artifact.BuildIndex(imgs, platforms), nil
+	return ociimage.BuildIndex(imgs, platforms), nil
 }
 
 func (b Builder) image(ctx context.Context, c Component, p v1.Platform) (v1.Image, error) {
@@ -97,7 +98,7 @@ func (b Builder) image(ctx context.Context, c Component, p v1.Platform) (v1.Imag
 	}
 	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	for _, t := range [][]byte{etcTar, binTar} { // binaries last: they change most often
-		l, err := artifact.OCILayer(t)
+		l, err := ociimage.OCILayer(t)
 		if err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	goruntime "runtime"
+	"sync"
 
 	"github.com/containerd/containerd/v2/contrib/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -118,13 +119,24 @@ func isRuntimeDefault(s *specs.Spec) bool {
 	if s.Process.Capabilities != nil {
 		caps.Bounding = s.Process.Capabilities.Bounding
 	}
-	want, err := json.Marshal(seccomp.DefaultProfile(&specs.Spec{Process: &specs.Process{Capabilities: caps}}))
-	if err != nil {
-		return false
+	var want []byte
+	if len(caps.Bounding) == 0 {
+		want = noCapsDefaultJSON() // nearly every Brewlet pod: spared a profile and its JSON per create
+	} else {
+		var err error
+		if want, err = json.Marshal(seccomp.DefaultProfile(&specs.Spec{Process: &specs.Process{Capabilities: caps}})); err != nil {
+			return false
+		}
 	}
 	have, err := json.Marshal(s.Linux.Seccomp)
 	return err == nil && bytes.Equal(have, want)
 }
+
+// noCapsDefaultJSON is containerd's RuntimeDefault for no capabilities as JSON.
+var noCapsDefaultJSON = sync.OnceValue(func() []byte {
+	b, _ := json.Marshal(seccomp.DefaultProfile(&specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}}))
+	return b
+})
 
 // seccompRefusal says why a spec's confining filter is refused, or "": a filter other than
 // containerd's RuntimeDefault (a Localhost profile) that lets a capability-gated call run.

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"brewlet.sh/brewlet/internal/artifact"
+	"brewlet.sh/brewlet/internal/artifact/ociimage"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/firsthour"
 	"brewlet.sh/brewlet/test/framework"
@@ -265,7 +266,7 @@ func pushCrafted(t *testing.T, ref string, mutateConfig func(*v1.Config), versio
 		all = append(all, roleTar{"app", b})
 	}
 	for _, rl := range append(all, roleTar{"launch", launchTar}) {
-		layer, err := artifact.OCILayer(rl.b)
+		layer, err := ociimage.OCILayer(rl.b)
 		if err != nil {
 			t.Fatal(err)
 		}

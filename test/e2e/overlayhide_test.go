@@ -13,6 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"brewlet.sh/brewlet/internal/artifact"
+	"brewlet.sh/brewlet/internal/artifact/ociimage"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework/testimage"
 )
@@ -66,7 +67,7 @@ func pushRawApp(t *testing.T, ref string, layers ...[]byte) string {
 		if i == len(layers) {
 			role = "launch"
 		}
-		layer, err := artifact.OCILayer(b)
+		layer, err := ociimage.OCILayer(b)
 		if err != nil {
 			t.Fatal(err)
 		}
