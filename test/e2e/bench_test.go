@@ -252,11 +252,14 @@ func TestBenchInstall(t *testing.T) {
 			}
 			installGen := func(gen int) float64 {
 				t0 := time.Now()
-				if _, err := in.Install(context.Background(), install.Request{ID: "py", Epoch: "3e1f2d4c-5b6a-4978-8c0d-1e2f3a4b5c6d",
-					Generation: int64(gen), Image: refs[fmt.Sprintf("python%d", gen)], UID: 10001, GID: 10001}); err != nil {
+				res, err := in.Install(context.Background(), install.Request{ID: "py", Epoch: "3e1f2d4c-5b6a-4978-8c0d-1e2f3a4b5c6d",
+					Generation: int64(gen), Image: refs[fmt.Sprintf("python%d", gen)], UID: 10001, GID: 10001})
+				if err != nil {
 					t.Fatal(err)
 				}
-				return float64(time.Since(t0))
+				took := time.Since(t0)
+				t.Logf("brewlet install of generation %d: %s (%s)", gen, took.Round(time.Millisecond), res.Phases)
+				return float64(took)
 			}
 			ways := [2]func(int) float64{pull, installGen}
 			order := []int{0, 1}

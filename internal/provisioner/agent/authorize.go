@@ -205,7 +205,7 @@ func (a *Agent) install(ctx context.Context, req install.Request) error {
 	if err != nil {
 		a.logf("install %s generation %d: %v", req.ID, req.Generation, err)
 	} else {
-		a.logf("installed %s generation %d: %d layers fetched, %d reused", req.ID, req.Generation, res.LayersFetched, res.LayersReused)
+		a.logf("installed %s generation %d: %d layers fetched, %d reused (%s)", req.ID, req.Generation, res.LayersFetched, res.LayersReused, res.Phases)
 	}
 	if a.mayWrite() == nil {
 		a.Layout.ClearRequest(req.ID) // answered; a new container asks again

@@ -3,7 +3,6 @@ package install
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,9 +13,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 
 	"brewlet.sh/brewlet/internal/registry"
@@ -50,20 +51,95 @@ func (l Limits) withDefaults() Limits {
 
 // budget is what is left of the limits during one install.
 type budget struct {
-	limits         Limits
-	bytes, entries int64 // used so far
+	limits Limits
+	mu     sync.Mutex
+	// bytes and entries are charged: reused layers and finished extractions. live is what
+	// the extractions running now have read so far (layers are extracted in parallel).
+	bytes, entries, live int64
 }
 
+// charge counts a layer already in the cache.
 func (b *budget) charge(m layerMarker) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.bytes += m.TarBytes
 	b.entries += m.TarEntries
-	if b.bytes > b.limits.MaxBytes {
+	return b.check()
+}
+
+// chargeExtracted moves an extracted layer's bytes from live to charged, and counts its
+// entries.
+func (b *budget) chargeExtracted(m layerMarker) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.live -= m.TarBytes
+	b.bytes += m.TarBytes
+	b.entries += m.TarEntries
+	return b.check()
+}
+
+func (b *budget) check() error {
+	if b.bytes+b.live > b.limits.MaxBytes {
 		return b.bytesExceeded()
 	}
 	if b.entries > b.limits.MaxEntries {
 		return vocab.Errorf(vocab.ReasonLimitExceeded, "the runtime image's layers hold more than %d entries together; the node refuses larger images (installer limit)", b.limits.MaxEntries)
 	}
 	return nil
+}
+
+// bytesLeft is how many more uncompressed bytes the install may extract, over all layers.
+func (b *budget) bytesLeft() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.limits.MaxBytes - b.bytes - b.live
+}
+
+// entriesCharged is the entries of the layers charged so far.
+func (b *budget) entriesCharged() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.entries
+}
+
+func (b *budget) addLive(n int64) {
+	b.mu.Lock()
+	b.live += n
+	b.mu.Unlock()
+}
+
+// budgetReader reads a layer's uncompressed stream within what is left of the install's
+// byte budget, which layers extracted at the same time share: together they overshoot it
+// by at most one read each before the next read refuses.
+type budgetReader struct {
+	ctx context.Context
+	r   io.Reader
+	b   *budget
+	n   int64
+}
+
+func (c *budgetReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	left := c.b.bytesLeft()
+	if left <= 0 {
+		// One byte more tells a stream that ends exactly at the cap from one that does not.
+		var one [1]byte
+		if _, err := io.ReadFull(c.r, one[:]); err == io.EOF {
+			return 0, io.EOF
+		} else if err != nil {
+			return 0, err
+		}
+		return 0, c.b.bytesExceeded()
+	}
+	if int64(len(p)) > left {
+		p = p[:left]
+	}
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	c.b.addLive(int64(n))
+	return n, err
 }
 
 func (b *budget) bytesExceeded() error {
@@ -94,9 +170,18 @@ func fetchLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, dir string, ws 
 	}
 	defer func() { _ = un.Close() }()
 	h := sha256.New()
-	cr := &capReader{ctx: ctx, r: un, left: b.limits.MaxBytes - b.bytes, exceeded: b.bytesExceeded}
-	entries, err := ExtractLimited(io.TeeReader(cr, h), tmp, b.limits.MaxEntries-b.entries)
-	if vocab.ReasonOf(err) == vocab.ReasonLimitExceeded && b.entries > 0 {
+	cr := &budgetReader{ctx: ctx, r: un, b: b}
+	charged := false
+	defer func() {
+		if !charged {
+			b.addLive(-cr.n) // a failed extraction leaves nothing behind to count
+		}
+	}()
+	// Entries are charged when a layer is done: layers extracted at the same time may each
+	// reach what was left when they began, and the total is checked at the charge.
+	before := b.entriesCharged()
+	entries, err := ExtractLimited(io.TeeReader(cr, h), tmp, b.limits.MaxEntries-before)
+	if vocab.ReasonOf(err) == vocab.ReasonLimitExceeded && before > 0 {
 		err = vocab.Errorf(vocab.ReasonLimitExceeded, "the runtime image's layers hold more than %d entries together; the node refuses larger images (installer limit)", b.limits.MaxEntries)
 	}
 	if err != nil {
@@ -109,7 +194,8 @@ func fetchLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, dir string, ws 
 		return m, vocab.Errorf(vocab.ReasonDigestMismatch, "layer content hashes to sha256:%s but the image config says %s; the source served altered content", got, diffID)
 	}
 	m.TarBytes, m.TarEntries = cr.n, entries
-	if err := b.charge(m); err != nil {
+	charged = true
+	if err := b.chargeExtracted(m); err != nil {
 		return m, err
 	}
 	if err := seal(tmp, m); err != nil {

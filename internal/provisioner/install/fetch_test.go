@@ -179,6 +179,55 @@ func TestFetchEntryLimit(t *testing.T) {
 	}
 }
 
+// Layers extracted at the same time share one budget: two bombs that each fit the byte cap
+// but not together are refused, neither is placed, and nothing stays counted; two that fit
+// together are both placed and charged once each. Entries are checked over both too.
+func TestFetchLayersShareTheBudget(t *testing.T) {
+	e := newFetchEnv(t)
+	a, b := bombTar(t, 3<<20), bombTar(t, 3<<20+512)
+	la, lb := honest(t, a, gz(t, a)), honest(t, b, gz(t, b))
+	fetches := []layerFetch{{index: 0, layer: la, diffID: la.diffID, dir: filepath.Join(e.root, la.diffID.Hex)},
+		{index: 1, layer: lb, diffID: lb.diffID, dir: filepath.Join(e.root, lb.diffID.Hex)}}
+	wrap := func(f layerFetch, err error) error { return err }
+
+	bud := &budget{limits: Limits{MaxBytes: 5 << 20}.withDefaults()}
+	err := fetchLayers(context.Background(), fetches, e.ws, bud, &Result{}, wrap)
+	if vocab.ReasonOf(err) != vocab.ReasonLimitExceeded {
+		t.Fatalf("two layers over the cap together: %v; want LimitExceeded", err)
+	}
+	for _, f := range fetches {
+		if _, err := os.Stat(f.dir); err == nil {
+			t.Errorf("layer %d placed after the refusal", f.index)
+		}
+	}
+	if bud.live != 0 {
+		t.Errorf("%d bytes still counted as being extracted", bud.live)
+	}
+
+	bud = &budget{limits: Limits{MaxBytes: int64(len(a) + len(b))}.withDefaults()}
+	res := &Result{}
+	if err := fetchLayers(context.Background(), fetches, e.ws, bud, res, wrap); err != nil {
+		t.Fatalf("two layers within the cap: %v", err)
+	}
+	if res.LayersFetched != 2 || bud.bytes != int64(len(a)+len(b)) || bud.live != 0 || bud.entries != 2 {
+		t.Errorf("fetched %d, charged %d bytes (%d live) and %d entries; want 2, %d, 0, 2", res.LayersFetched, bud.bytes, bud.live, bud.entries, len(a)+len(b))
+	}
+	for _, f := range fetches {
+		if _, err := verifyLayer(f.dir, f.diffID.String()); err != nil {
+			t.Errorf("layer %d: %v", f.index, err)
+		}
+	}
+
+	c, d := bombTar(t, 1<<10), bombTar(t, 2<<10)
+	lc, ld := honest(t, c, c), honest(t, d, d)
+	fetches = []layerFetch{{index: 0, layer: lc, diffID: lc.diffID, dir: filepath.Join(e.root, lc.diffID.Hex)},
+		{index: 1, layer: ld, diffID: ld.diffID, dir: filepath.Join(e.root, ld.diffID.Hex)}}
+	bud = &budget{limits: Limits{MaxEntries: 1}.withDefaults()}
+	if err := fetchLayers(context.Background(), fetches, e.ws, bud, &Result{}, wrap); vocab.ReasonOf(err) != vocab.ReasonLimitExceeded {
+		t.Fatalf("two one-entry layers under a one-entry cap: %v; want LimitExceeded", err)
+	}
+}
+
 // A fetched layer is placed sealed (marker, counts), in gzip, zstd or plain form; the
 // marker check catches a truncated file, a missing file and a missing marker.
 func TestFetchSealsAndVerifiesLayers(t *testing.T) {

@@ -7,12 +7,14 @@ import (
 	"io/fs"
 	"log"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"golang.org/x/sync/errgroup"
 
 	"brewlet.sh/brewlet/internal/golden"
 	"brewlet.sh/brewlet/internal/hoststate"
@@ -73,6 +75,10 @@ type Result struct {
 	BytesFetched  int64 // uncompressed bytes extracted
 	// Skipped lists the mirrors that failed before the source that served the install.
 	Skipped []string
+	// Phases says where the install's time went, for the agent's log: "resolve=12ms
+	// layers=410ms validate=35ms publish=8ms" (manifest and config; fetching, verifying and
+	// extracting the missing layers; validating the composed root; metadata, syncs, current).
+	Phases string
 }
 
 func (in *Installer) logf(format string, args ...any) {
@@ -175,6 +181,8 @@ func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Dige
 		in.transport = remote.WithTransport(registry.RequireTLS(registry.Transport(in.Timeouts), in.Insecure))
 	})
 	opts := registry.Options(ctx, in.Insecure, append([]remote.Option{in.transport}, in.Remote...)...)
+	var ph phases
+	ph.start()
 	img, platform, err := in.resolve(ref, opts)
 	if err != nil {
 		return nil, err
@@ -195,6 +203,7 @@ func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Dige
 	if err != nil {
 		return nil, pullErr(req, err)
 	}
+	ph.mark("resolve")
 	ws, err := newWorkspace(in.Layout.LayerDir(""))
 	if err != nil {
 		return nil, err
@@ -203,30 +212,48 @@ func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Dige
 	res := &Result{}
 	b := &budget{limits: in.Limits.withDefaults()}
 	var dirs, diffIDs []string
+	var fetches []layerFetch
+	var again []layerMarker // layers the image lists more than once: charged each time
+	seen := map[string]bool{}
 	for i, l := range layers {
 		diffID, err := l.DiffID()
 		if err != nil {
 			return nil, pullErr(req, err)
 		}
 		dir := in.Layout.LayerDir(diffID.Hex)
+		dirs, diffIDs = append(dirs, dir), append(diffIDs, diffID.String())
+		if seen[diffID.Hex] {
+			again = append(again, layerMarker{DiffID: diffID.String()})
+			continue
+		}
+		seen[diffID.Hex] = true
 		if m, err := verifyLayer(dir, diffID.String()); err == nil {
 			if err := b.charge(m); err != nil {
 				return nil, fmt.Errorf("runtime %s generation %d layer %d (%s): %w", req.ID, req.Generation, i+1, diffID, err)
 			}
 			res.LayersReused++
-		} else {
-			if !errors.Is(err, fs.ErrNotExist) {
-				in.logf("cached layer %s fails verification (%v); fetching it again", diffID, err)
-			}
-			m, err := fetchLayer(ctx, l, diffID, dir, ws, b)
-			if err != nil {
-				return nil, fmt.Errorf("runtime %s generation %d layer %d (%s) from %s: %w", req.ID, req.Generation, i+1, diffID, ref.RegistryStr(), err)
-			}
-			res.LayersFetched++
-			res.BytesFetched += m.TarBytes
+			continue
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			in.logf("cached layer %s fails verification (%v); fetching it again", diffID, err)
 		}
-		dirs, diffIDs = append(dirs, dir), append(diffIDs, diffID.String())
+		fetches = append(fetches, layerFetch{index: i, layer: l, diffID: diffID, dir: dir})
 	}
+	if err := fetchLayers(ctx, fetches, ws, b, res, func(f layerFetch, err error) error {
+		return fmt.Errorf("runtime %s generation %d layer %d (%s) from %s: %w", req.ID, req.Generation, f.index+1, f.diffID, ref.RegistryStr(), err)
+	}); err != nil {
+		return nil, err
+	}
+	for _, a := range again {
+		m, err := verifyLayer(in.Layout.LayerDir(strings.TrimPrefix(a.DiffID, "sha256:")), a.DiffID)
+		if err == nil {
+			err = b.charge(m)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("runtime %s generation %d layer %s (listed again): %w", req.ID, req.Generation, a.DiffID, err)
+		}
+		res.LayersReused++
+	}
+	ph.mark("layers")
 	root, err := golden.IndexDirLayersContext(ctx, dirs)
 	if err != nil {
 		return nil, err
@@ -235,6 +262,7 @@ func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Dige
 	if err != nil {
 		return nil, err
 	}
+	ph.mark("validate")
 	if err := in.mayWrite(ctx); err != nil {
 		return nil, err
 	}
@@ -263,8 +291,61 @@ func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Dige
 	if err := fsyncDir(in.Layout.RuntimeDir(req.ID)); err != nil {
 		return nil, fmt.Errorf("sync current of %s: %w", req.ID, err)
 	}
+	ph.mark("publish")
+	res.Phases = ph.String()
 	return res, nil
 }
+
+// maxParallelLayers is how many layers an install fetches and extracts at once (containerd
+// downloads three at a time by default). Decompression is one core's work per stream, so
+// a runtime whose base and interpreter layers extract side by side installs in about the
+// time of the larger one.
+const maxParallelLayers = 3
+
+type layerFetch struct {
+	index  int
+	layer  v1.Layer
+	diffID v1.Hash
+	dir    string
+}
+
+// fetchLayers fetches and extracts the missing layers, maxParallelLayers at a time, into
+// the layer cache. The first failure cancels the others; it is the one returned, wrapped.
+func fetchLayers(ctx context.Context, fetches []layerFetch, ws *workspace, b *budget, res *Result, wrap func(layerFetch, error) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(maxParallelLayers)
+	var mu sync.Mutex
+	for _, f := range fetches {
+		g.Go(func() error {
+			m, err := fetchLayer(gctx, f.layer, f.diffID, f.dir, ws, b)
+			if err != nil {
+				return wrap(f, err)
+			}
+			mu.Lock()
+			res.LayersFetched++
+			res.BytesFetched += m.TarBytes
+			mu.Unlock()
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// phases times an install's parts.
+type phases struct {
+	last  time.Time
+	parts []string
+}
+
+func (p *phases) start() { p.last = time.Now() }
+
+func (p *phases) mark(name string) {
+	now := time.Now()
+	p.parts = append(p.parts, name+"="+now.Sub(p.last).Round(100*time.Microsecond).String())
+	p.last = now
+}
+
+func (p *phases) String() string { return strings.Join(p.parts, " ") }
 
 // mayWrite reports whether the install may still change the host: its context is live
 // (the agent cancels it when the writer lease is lost) and MayWrite agrees.
