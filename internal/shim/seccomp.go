@@ -84,13 +84,15 @@ func withoutNewUser(args []specs.LinuxSeccompArg) bool {
 // noCapsProfile is containerd's default profile as generated for a process without
 // capabilities, for the node's own system-call ABI only: what every Brewlet process may run
 // under at most.
-func noCapsProfile() *specs.LinuxSeccomp {
+// Built once per shim process and shared by its creates: nothing changes a spec's filter
+// after it is put in place (neutralizeSpec), and the spec is only written out.
+var noCapsProfile = sync.OnceValue(func() *specs.LinuxSeccomp {
 	p := seccomp.DefaultProfile(&specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}})
 	if a, ok := nativeArch[goruntime.GOARCH]; ok {
 		p.Architectures = []specs.Arch{a}
 	}
 	return p
-}
+})
 
 // nativeArch is the seccomp architecture of the shim's own build. containerd's profile also
 // lists the 32-bit ABIs the kernel runs beside the native one (x86 and x32 on amd64, arm on
