@@ -2,18 +2,14 @@ package shim
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	goruntime "runtime"
 	"time"
 
-	containersapi "github.com/containerd/containerd/api/services/containers/v1"
-	contentapi "github.com/containerd/containerd/api/services/content/v1"
-	imagesapi "github.com/containerd/containerd/api/services/images/v1"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	json "github.com/go-json-experiment/json/v1"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"google.golang.org/grpc"
@@ -56,23 +52,23 @@ func checkImage(ctx context.Context, cacheDir, containerID string, launch *artif
 		return err
 	}
 	defer func() { _ = conn.Close() }()
-	c, err := containersapi.NewContainersClient(conn).Get(ctx, &containersapi.GetContainerRequest{ID: containerID})
+	image, err := containerImage(ctx, conn, containerID)
 	if err != nil {
 		return fmt.Errorf("look up container %s in containerd: %w", containerID, err)
 	}
-	img, err := imagesapi.NewImagesClient(conn).Get(ctx, &imagesapi.GetImageRequest{Name: c.Container.Image})
+	mediaType, target, err := imageTarget(ctx, conn, image)
 	if err != nil {
-		return fmt.Errorf("look up image %s in containerd: %w", c.Container.Image, err)
+		return fmt.Errorf("look up image %s in containerd: %w", image, err)
 	}
 	key := imageKey{Checks: imageChecksVersion, Shim: exeIdentity(), Platform: imagePlatform,
-		MediaType: img.Image.GetTarget().GetMediaType(), Target: img.Image.GetTarget().GetDigest(), Launch: launchSum}
+		MediaType: mediaType, Target: target, Launch: launchSum}
 	cache := key.Shim != "" && cacheDir != ""
 	if cache {
 		if v, ok := readImageVerdict(cacheDir, key); ok {
 			return v.err()
 		}
 	}
-	err = checkBlobs(ctx, contentapi.NewContentClient(conn), key.MediaType, key.Target, launch)
+	err = checkBlobs(ctx, conn, key.MediaType, key.Target, launch)
 	if v, ok := imageVerdictOf(key, err); ok && cache {
 		// The verdict stands whether or not it is remembered: a failed write costs only
 		// another read of the blobs later.
@@ -127,7 +123,7 @@ func (c *imageCheck) stop() {
 
 // checkBlobs reads the manifest (through the index, for this node's platform) and config
 // of the image whose target is dg, and checks them against launch.
-func checkBlobs(ctx context.Context, content contentapi.ContentClient, mt, dg string, launch *artifact.Launch) error {
+func checkBlobs(ctx context.Context, content *grpc.ClientConn, mt, dg string, launch *artifact.Launch) error {
 	b, err := readBlob(ctx, content, dg)
 	if err != nil {
 		return err
@@ -161,25 +157,4 @@ func checkBlobs(ctx context.Context, content contentapi.ContentClient, mt, dg st
 		return fmt.Errorf("image config: %w", err)
 	}
 	return artifact.CheckConfigMirror(launch, cf.Config)
-}
-
-func readBlob(ctx context.Context, c contentapi.ContentClient, digest string) ([]byte, error) {
-	stream, err := c.Read(ctx, &contentapi.ReadContentRequest{Digest: digest})
-	if err != nil {
-		return nil, err
-	}
-	var out []byte
-	for {
-		r, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read %s from containerd's content store: %w", digest, err)
-		}
-		out = append(out, r.Data...)
-		if len(out) > maxBlob {
-			return nil, fmt.Errorf("blob %s is over %d bytes", digest, maxBlob)
-		}
-	}
 }

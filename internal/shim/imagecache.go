@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	json "github.com/go-json-experiment/json/v1"
 	"golang.org/x/sys/unix"
 
 	"brewlet.sh/brewlet/internal/hoststate"

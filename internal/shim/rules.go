@@ -1,9 +1,9 @@
 package shim
 
 import (
-	"encoding/json"
 	"strings"
 
+	json "github.com/go-json-experiment/json/v1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"brewlet.sh/brewlet/internal/vocab"

@@ -2,11 +2,11 @@ package shim
 
 import (
 	"bytes"
-	"encoding/json"
 	goruntime "runtime"
 	"sync"
 
 	"github.com/containerd/containerd/v2/contrib/seccomp"
+	json "github.com/go-json-experiment/json/v1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )

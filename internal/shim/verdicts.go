@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	json "github.com/go-json-experiment/json/v1"
 	"golang.org/x/sys/unix"
 
 	"brewlet.sh/brewlet/internal/artifact"
