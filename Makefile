@@ -88,8 +88,8 @@ runtimes:
 ## against Brewlet, incl. a CVE rotation (BENCH_PODS=10, BENCH_REPS=5, BENCH_APPS=20,
 ## BENCH_BASES=5; writes docs/payoff.svg), the agents' API load (BREWLET_AGENT_NODES=1000)
 ## and the fleet rotation (BREWLET_FLEET_NODES=1000, BREWLET_FLEET_WORKLOADS=500); results
-## go to docs/benchmarks.md by hand. The shim and install figures are compared with the
-## ones recorded there: a median worse by more than the run's spread prints REGRESSION and
+## go to docs/benchmarks.md by hand. The shim, install and payoff figures are compared with
+## the ones recorded there: a median worse by more than the run's spread prints REGRESSION and
 ## fails the run.
 bench: tools build
 	set -o pipefail; go test -tags bench -count=1 -timeout 120m -run 'TestBench' -v ./test/e2e/ | grep -E '^\||^REGRESSION|^(ok|FAIL|---)'

@@ -150,11 +150,17 @@ func (s *shimBench) image(h int) string { return [2]string{s.n.BusyboxImage, s.a
 // Brewlet container, and every restricted stock pod, pays.
 func shimContainer(image string) *runtimeapi.ContainerConfig {
 	c := framework.ContainerConfig("c", image, "/bin/busybox", "sleep", "3600")
-	c.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{
-		RunAsUser: &runtimeapi.Int64Value{Value: 20001}, RunAsGroup: &runtimeapi.Int64Value{Value: 20001},
+	c.Linux.SecurityContext = restrictedContext(20001)
+	return c
+}
+
+// restrictedContext is the security context of a "restricted" container running as uid
+// (and gid) id: what every bench gives both handlers.
+func restrictedContext(id int64) *runtimeapi.LinuxContainerSecurityContext {
+	return &runtimeapi.LinuxContainerSecurityContext{
+		RunAsUser: &runtimeapi.Int64Value{Value: id}, RunAsGroup: &runtimeapi.Int64Value{Value: id},
 		Seccomp:      &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault},
 		Capabilities: &runtimeapi.Capability{DropCapabilities: []string{"ALL"}},
 		NoNewPrivs:   true,
 	}
-	return c
 }

@@ -8,18 +8,22 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/provisioner/install"
+	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/benchratio"
 	"brewlet.sh/brewlet/test/framework"
 )
 
-// TestBenchPayoff measures, on one harness node, what Brewlet is for: N applications with
-// distinct code published three ways from the same sources —
+// TestBenchPayoff measures, on one harness node per repetition, what Brewlet is for: N
+// applications with distinct code published three ways from the same sources —
 //
 //	(a) conventional images on one shared base (the CPython runtime image's layers + one
 //	    application layer; the best case for conventional images),
@@ -30,22 +34,76 @@ import (
 // not on the node" to "process running" for a new application version, the memory of the
 // running applications and their shims, and the CVE rotation to the interpreter's security
 // update (python2 of hack/runtimes.sh); then BENCH_CONCURRENT containers created at once,
-// runc against brewlet. It prints tables and writes docs/payoff.svg; it asserts no timing.
+// runc against brewlet. The first repetition measures all three ways and prints their table
+// (and writes docs/payoff.svg); every repetition measures (a) and (c), which goes first
+// alternating, and the timing ratios of (c) over (a) are printed with their spread and
+// guarded like the shim bench's (benchGuard). It asserts no timing. BENCH_REPS (5),
 // BENCH_APPS (20), BENCH_BASES (5), BENCH_RUNS (5 new-version starts) and BENCH_CONCURRENT
 // (20) size it; docs/benchmarks.md explains every figure.
 func TestBenchPayoff(t *testing.T) {
-	p := newPayoff(t)
-	ways := []*payWay{p.conventional("a", "conventional, shared base", 1), p.conventional("b", fmt.Sprintf("conventional, %d drifted bases", p.bases), p.bases), p.brewletWay()}
-	for _, w := range ways {
-		p.measure(w)
+	reps, k := envInt("BENCH_REPS", 5), envInt("BENCH_CONCURRENT", 20)
+	var rotWall, restart, stop, remove, newVersion, p50, p99 [2][]float64 // [(a), (c)] per repetition
+	var restartIDs, burstIDs []string                                     // brewlet containers, for the step profile
+	var restartTotal, burstTotal []time.Duration
+	steps := map[string]map[string]time.Duration{}
+	var stepNames []string
+	for rep := range reps {
+		t.Run(fmt.Sprintf("rep%d", rep), func(t *testing.T) {
+			p := newPayoff(t)
+			ways := [2]*payWay{p.conventional("a", "conventional, shared base", 1), p.brewletWay()}
+			order := []int{0, 1}
+			if rep%2 == 1 {
+				order = []int{1, 0}
+			}
+			var b *payWay
+			if rep == 0 {
+				b = p.conventional("b", fmt.Sprintf("conventional, %d drifted bases", p.bases), p.bases)
+				p.measure(b)
+			}
+			for _, i := range order {
+				p.measure(ways[i])
+			}
+			bursts := p.concurrent(ways, order)
+			for i, w := range ways {
+				rotWall[i] = append(rotWall[i], float64(w.rotWall))
+				restart[i] = append(restart[i], float64(medianOf(w.rotCreate)))
+				stop[i] = append(stop[i], float64(medianOf(w.rotStopOnly)))
+				remove[i] = append(remove[i], float64(medianOf(w.rotRemove)))
+				newVersion[i] = append(newVersion[i], float64(medianOf(w.cold)))
+				p50[i] = append(p50[i], float64(percentile(bursts[i].lat, 0.5)))
+				p99[i] = append(p99[i], float64(percentile(bursts[i].lat, 0.99)))
+			}
+			restartIDs, restartTotal = append(restartIDs, ways[1].rotIDs...), append(restartTotal, ways[1].rotCreate...)
+			burstIDs, burstTotal = append(burstIDs, bursts[1].ids...), append(burstTotal, bursts[1].lat...)
+			byID, names := shimSteps(t, p.d.n.Containerd.LogPath)
+			for id, st := range byID {
+				steps[id] = st
+			}
+			stepNames = names
+			if rep == 0 {
+				table := payoffTable(p, []*payWay{ways[0], b, ways[1]})
+				t.Log(table)
+				fmt.Print(table)
+				if err := os.WriteFile(filepath.Join(framework.RepoRoot(t), "docs", "payoff.svg"), payoffSVG(p, []*payWay{ways[0], b, ways[1]}), 0o644); err != nil {
+					t.Errorf("write the plot: %v", err)
+				}
+			}
+		})
 	}
-	conc := p.concurrent(ways[0], ways[2])
-	table := payoffTable(p, ways) + conc
-	t.Log(table)
-	fmt.Print(table)
-	if err := os.WriteFile(filepath.Join(framework.RepoRoot(t), "docs", "payoff.svg"), payoffSVG(p, ways), 0o644); err != nil {
-		t.Errorf("write the plot: %v", err)
-	}
+	apps := envInt("BENCH_APPS", 20)
+	benchGuard(t, fmt.Sprintf("payoff, (c) Brewlet over (a) conventional (%d apps, %d repetitions)", apps, reps), []benchratio.Row{
+		ratioRow(fmt.Sprintf("payoff: CVE rotation on the node (install or pulls + %d restarts)", apps), rotWall, dur, "≤ 0.85×"),
+		ratioRow("payoff: restart, create+start on the new runtime (median)", restart, dur, "≤ 1.0×"),
+		ratioRow("payoff: restart, stop+remove, stop (median)", stop, dur, "–"),
+		ratioRow("payoff: restart, stop+remove, remove (median)", remove, dur, "–"),
+		ratioRow("payoff: new app version, pull+create+start (median)", newVersion, dur, "–"),
+		ratioRow(fmt.Sprintf("payoff: %d creates at once, p50", k), p50, dur, "≤ 1.1×"),
+		ratioRow(fmt.Sprintf("payoff: %d creates at once, p99", k), p99, dur, "≤ 1.1×"),
+	})
+	prof := stepProfile(steps, stepNames, k, restartIDs, burstIDs, restartTotal, burstTotal)
+	prof = strings.Replace(prof, "one at a time", "rotation restarts", 1)
+	t.Log(prof)
+	fmt.Print(prof)
 }
 
 type payoff struct {
@@ -66,7 +124,8 @@ func envInt(name string, def int) int {
 }
 
 func newPayoff(t *testing.T) *payoff {
-	n := framework.StartNode(t)
+	// Every brewlet create logs its steps (the step profile); the line costs microseconds.
+	n := framework.StartNodeWith(t, framework.NodeOptions{ShimEnv: []string{vocab.EnvSlowLaunch + "=0s"}})
 	p := &payoff{t: t, apps: envInt("BENCH_APPS", 20), bases: envInt("BENCH_BASES", 5), runs: envInt("BENCH_RUNS", 5),
 		installed: newCountingTransport(), pushed: newCountingTransport(),
 		contentDir: filepath.Join(n.Dir, "root", "io.containerd.content.v1.content"),

@@ -7,14 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sort"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"brewlet.sh/brewlet/internal/vocab"
 )
 
 // countingTransport counts the bytes read from and sent to a registry.
@@ -49,14 +45,22 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	return k, err
 }
 
+// burst is one way's BENCH_CONCURRENT creates at once: each create+start's latency, and
+// the containers.
+type burst struct {
+	lat []time.Duration
+	ids []string
+}
+
 // concurrent creates and starts, at once, BENCH_CONCURRENT (20) containers of one already
-// pulled image in pods already running: runc with the conventional image of app 0, then
-// brewlet with its artifact. It returns a table of p50/p99/max of create+start.
-func (p *payoff) concurrent(conv, brew *payWay) string {
+// pulled image in pods already running, for each way in order (runc with the conventional
+// image of app 0, brewlet with its artifact).
+func (p *payoff) concurrent(ways [2]*payWay, order []int) [2]burst {
 	t, n, ctx := p.t, p.d.n, context.Background()
 	k := envInt("BENCH_CONCURRENT", 20)
-	lat := map[string][]time.Duration{}
-	for _, w := range []*payWay{conv, brew} {
+	var out [2]burst
+	for _, wi := range order {
+		w := ways[wi]
 		ref := w.publish(0, 0, 1)
 		ctrs := make([]*payCtr, k)
 		for i := range ctrs {
@@ -94,21 +98,12 @@ func (p *payoff) concurrent(conv, brew *payWay) string {
 		}
 		for _, c := range ctrs {
 			p.waitLog(c, "listening")
+			out[wi].ids = append(out[wi].ids, c.cid)
 			p.removePod(c)
 		}
-		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-		lat[w.handler] = ds
+		out[wi].lat = ds
 	}
-	var s strings.Builder
-	fmt.Fprintf(&s, "\n| %d containers created+started at once (pods running, image pulled) | runc, conventional image | brewlet, artifact | ratio |\n|---|---|---|---|\n", k)
-	for _, q := range []struct {
-		label string
-		q     float64
-	}{{"p50", 0.5}, {fmt.Sprintf("p99 (of %d: the slowest)", k), 0.99}} {
-		r, b := percentile(lat["runc"], q.q), percentile(lat[vocab.RuntimeClassName], q.q)
-		fmt.Fprintf(&s, "| %s | %s | %s | %.2f× |\n", q.label, r.Round(time.Millisecond), b.Round(time.Millisecond), float64(b)/float64(r))
-	}
-	return s.String()
+	return out
 }
 
 // --- report ------------------------------------------------------------------------------

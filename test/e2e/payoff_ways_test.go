@@ -50,6 +50,9 @@ type payWay struct {
 	rotWall         time.Duration   // node side: pulls/install + N restarts
 	rotFetch        time.Duration   // of which pulls (conventional) or the install (Brewlet)
 	rotStop         []time.Duration // per restart: stop + remove of the old container
+	rotStopOnly     []time.Duration // of which CRI StopContainer
+	rotRemove       []time.Duration // of which CRI RemoveContainer
+	rotIDs          []string        // the restarted containers
 	rotCreate       []time.Duration // per restart: create + start of the new one
 	rotImages       int             // images rebuilt and pushed
 	rotDigests      int             // workload image digests changed
