@@ -51,3 +51,26 @@ func (l FenceFiles) CheckFence() error {
 	}
 	return nil
 }
+
+// RemoveFence removes the fence's files, for a node that serves Brewlet no more (the
+// directory stays: it may be a mount point). Without them the fence counts as never
+// opened, as after a reboot: the agent opens it again once a profile selects the node.
+func (l FenceFiles) RemoveFence() error {
+	for _, f := range []string{l.FenceFile(), l.FenceCleared()} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// HasFenceFiles reports whether either fence file exists (or cannot be told apart from
+// existing).
+func (l FenceFiles) HasFenceFiles() bool {
+	for _, f := range []string{l.FenceFile(), l.FenceCleared()} {
+		if _, err := os.Lstat(f); !errors.Is(err, fs.ErrNotExist) {
+			return true
+		}
+	}
+	return false
+}

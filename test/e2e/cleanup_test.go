@@ -162,11 +162,24 @@ func TestAgentCleansTheNodeOnProfileDeletion(t *testing.T) {
 	if owed, err := ag.HostSetup.Recorded(); owed || err != nil {
 		t.Fatalf("host record after cleanup: %v %v", owed, err)
 	}
-	// Nothing of Brewlet's is left under its roots, and later passes keep it so.
+	// Nothing of Brewlet's is left under its roots (the startup fence's included), and
+	// later passes keep it so.
 	must(ag.Reconcile(ctx))
-	for _, root := range []string{host.Runtimes, host.State} {
+	for _, root := range []string{host.Runtimes, host.State, host.Run} {
 		if ents, err := os.ReadDir(root); err != nil && !os.IsNotExist(err) || len(ents) != 0 {
 			t.Errorf("%s after cleanup: %v %v", root, ents, err)
 		}
 	}
+
+	// A profile selecting the node again: the fence opens once the node is served.
+	must(c.Create(ctx, &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "again"}, Spec: brewletv1.NodeProfileSpec{
+		NodePool:      brewletv1.NodePool{Key: "pool.example/name", Names: []string{"general"}},
+		RuntimeImages: []brewletv1.OfferedRuntime{{ID: pyID, Install: "Eager"}}}}))
+	eventually(t, time.Minute, "the fence open on a node selected again", func() (bool, string) {
+		if err := ag.ReconcileAndWait(ctx); err != nil {
+			return false, err.Error()
+		}
+		err := host.CheckFence()
+		return err == nil, fmt.Sprintf("%v", err)
+	})
 }

@@ -37,7 +37,7 @@ type nodeSnapshot struct {
 func snapshotNode(t *testing.T, c *cluster.Cluster, cl client.Client) nodeSnapshot {
 	t.Helper()
 	var s nodeSnapshot
-	for _, root := range []string{"opt/brewlet", "var/lib/brewlet"} {
+	for _, root := range []string{"opt/brewlet", "var/lib/brewlet", "run/brewlet"} {
 		dir := filepath.Join(c.HostPrefix, root)
 		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {

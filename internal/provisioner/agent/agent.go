@@ -280,7 +280,9 @@ func (a *Agent) Reconcile(ctx context.Context) error {
 			return err
 		}
 	}
-	if !a.fenceOpen {
+	// A node no profile selects and that holds nothing of Brewlet's has no fence to open
+	// (cleanupHost removed it): nothing may start there, and nothing of Brewlet's stays.
+	if !a.fenceOpen && (profile != nil || a.holdsState()) {
 		if err := a.mayWrite(); err != nil {
 			return err
 		}

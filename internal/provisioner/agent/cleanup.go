@@ -113,6 +113,18 @@ func (a *Agent) cleanupHost(ctx context.Context) error {
 		a.states = map[string]brewletv1.NodeRuntimeEntry{}
 		a.logf("no profile selects this node and nothing uses Brewlet: its state under %s and %s is removed", a.Layout.Runtimes, a.Layout.State)
 	}
+	if a.Layout.HasFenceFiles() {
+		// The startup fence guards nothing on a node that serves no runtime; it is opened
+		// again (after revocations are written) once a profile selects the node.
+		if err := a.mayWrite(); err != nil {
+			return err
+		}
+		if err := a.Layout.RemoveFence(); err != nil {
+			a.setCleanupMessage("cleanup: remove the startup fence: " + err.Error())
+			return nil
+		}
+		a.fenceOpen = false
+	}
 	return nil
 }
 
