@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -155,12 +156,33 @@ func shimContainer(image string) *runtimeapi.ContainerConfig {
 }
 
 // restrictedContext is the security context of a "restricted" container running as uid
-// (and gid) id: what every bench gives both handlers.
+// (and gid) id: what every bench gives both handlers. It carries the masked and read-only
+// /proc and /sys paths the kubelet sends for every container whose procMount is Default
+// (containerd applies only what the CRI request lists; the brewlet shim adds its own
+// defaults when they are missing, so without them only the stock container would skip
+// those mounts).
 func restrictedContext(id int64) *runtimeapi.LinuxContainerSecurityContext {
 	return &runtimeapi.LinuxContainerSecurityContext{
 		RunAsUser: &runtimeapi.Int64Value{Value: id}, RunAsGroup: &runtimeapi.Int64Value{Value: id},
-		Seccomp:      &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault},
-		Capabilities: &runtimeapi.Capability{DropCapabilities: []string{"ALL"}},
-		NoNewPrivs:   true,
+		Seccomp:       &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault},
+		Capabilities:  &runtimeapi.Capability{DropCapabilities: []string{"ALL"}},
+		NoNewPrivs:    true,
+		MaskedPaths:   kubeletMaskedPaths(),
+		ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 	}
+}
+
+// kubeletMaskedPaths is the kubelet's default masked-path list on this machine (it adds each
+// CPU's thermal_throttle directory that exists).
+func kubeletMaskedPaths() []string {
+	paths := []string{"/proc/asound", "/proc/acpi", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+		"/sys/firmware", "/sys/devices/virtual/powercap"}
+	for cpu := range runtime.NumCPU() {
+		p := fmt.Sprintf("/sys/devices/system/cpu/cpu%d/thermal_throttle", cpu)
+		if _, err := os.Stat(p); err == nil {
+			paths = append(paths, p)
+		}
+	}
+	return paths
 }
