@@ -155,6 +155,11 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 		*leased = true
 	}
 	steps.mark("lease", time.Now())
+	// The application's layers are node-local too: judged while the image check may still
+	// run (the verdict is kept per layer set, refusals included). Its refusal keeps its
+	// place below, after the image's and the generation's.
+	verr := validateApp(ctx, l, app)
+	steps.mark("validate-app", time.Now())
 	// Nothing is asked of the agent, and no error about the node is given, for an image
 	// that is refused anyway.
 	if ierr := img.wait(); ierr != nil {
@@ -186,10 +191,9 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 		return err
 	}
 	steps.mark("generation", time.Now())
-	if err := validateApp(ctx, l, app); err != nil {
-		return err
+	if verr != nil {
+		return verr
 	}
-	steps.mark("validate-app", time.Now())
 	mask, err := appMask(l)
 	if err != nil {
 		return err

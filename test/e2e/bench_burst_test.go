@@ -135,6 +135,28 @@ func stepProfile(all map[string]map[string]time.Duration, order []string, k int,
 	return b.String()
 }
 
+// firstProfile is the step table of each node's first brewlet create (median over the
+// repetitions): the create that reads the image's blobs and validates its layers.
+func firstProfile(all map[string]map[string]time.Duration, order []string, ids []string, totals []time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n| brewlet create step | first container of a node (median of %d) |\n|---|---|\n", len(ids))
+	for _, st := range order {
+		var ds []time.Duration
+		for _, id := range ids {
+			if s, ok := all[id]; ok {
+				ds = append(ds, s[st])
+			}
+		}
+		v := "–"
+		if len(ds) > 0 {
+			v = percentile(ds, 0.5).Round(10 * time.Microsecond).String()
+		}
+		fmt.Fprintf(&b, "| %s | %s |\n", st, v)
+	}
+	fmt.Fprintf(&b, "| CRI create+start in all | %s |\n", percentile(totals, 0.5).Round(10*time.Microsecond))
+	return b.String()
+}
+
 // shimHandlers are the two handlers the shim bench compares, stock first.
 var shimHandlers = [2]string{"runc", vocab.RuntimeClassName}
 

@@ -38,8 +38,8 @@ func TestBenchShim(t *testing.T) {
 	cli := buildCLI(t)
 	var first, warm, pss, p50, p99 [2][]float64 // [stock, brewlet] per repetition
 	var warmCreate, warmStart [2][]float64      // the warm median split: CRI create, then start
-	var single, burst []string                  // brewlet container IDs, for the step profile
-	var singleTotal, burstTotal []time.Duration
+	var single, burst, firsts []string          // brewlet container IDs, for the step profile
+	var singleTotal, burstTotal, firstTotal []time.Duration
 	steps := map[string]map[string]time.Duration{}
 	var stepNames []string
 	for rep := range reps {
@@ -72,6 +72,7 @@ func TestBenchShim(t *testing.T) {
 				p99[h] = append(p99[h], float64(percentile(bursts[h], 0.99)))
 			}
 			single, singleTotal = append(single, r[1].warmIDs...), append(singleTotal, r[1].warm...)
+			firsts, firstTotal = append(firsts, r[1].firstID), append(firstTotal, r[1].first)
 			byID, names := shimSteps(t, s.n.Containerd.LogPath)
 			for id, st := range byID {
 				steps[id] = st
@@ -93,6 +94,8 @@ func TestBenchShim(t *testing.T) {
 	t.Log(split)
 	fmt.Print(split)
 	prof := stepProfile(steps, stepNames, k, single, burst, singleTotal, burstTotal)
+	// The first container of each node: its image's blobs and its layers are judged then.
+	prof += firstProfile(steps, stepNames, firsts, firstTotal)
 	t.Log(prof)
 	fmt.Print(prof)
 }
@@ -136,6 +139,7 @@ func newShimBench(t *testing.T, cli string) *shimBench {
 
 type shimResult struct {
 	first      time.Duration
+	firstID    string // the brewlet handler's first container (its step profile)
 	warm       []time.Duration
 	warmCreate []time.Duration // CreateContainer alone, of the same containers as warm
 	warmIDs    []string
@@ -155,7 +159,7 @@ func (s *shimBench) measure(t *testing.T, pods int, brewletFirst bool) [2]shimRe
 		for _, h := range order {
 			d, created, cid := s.createStart(t, fmt.Sprintf("%s-%d", shimHandlers[h], i), shimHandlers[h], s.image(h), anns[h])
 			if i == 0 {
-				r[h].first = d
+				r[h].first, r[h].firstID = d, cid
 			} else {
 				r[h].warm, r[h].warmIDs = append(r[h].warm, d), append(r[h].warmIDs, cid)
 				r[h].warmCreate = append(r[h].warmCreate, created)
