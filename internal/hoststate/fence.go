@@ -56,7 +56,7 @@ func (l FenceFiles) CheckFence() error {
 // directory stays: it may be a mount point). Without them the fence counts as never
 // opened, as after a reboot: the agent opens it again once a profile selects the node.
 func (l FenceFiles) RemoveFence() error {
-	for _, f := range []string{l.FenceFile(), l.FenceCleared()} {
+	for _, f := range l.fenceFiles() {
 		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
@@ -67,10 +67,12 @@ func (l FenceFiles) RemoveFence() error {
 // HasFenceFiles reports whether either fence file exists (or cannot be told apart from
 // existing).
 func (l FenceFiles) HasFenceFiles() bool {
-	for _, f := range []string{l.FenceFile(), l.FenceCleared()} {
+	for _, f := range l.fenceFiles() {
 		if _, err := os.Lstat(f); !errors.Is(err, fs.ErrNotExist) {
 			return true
 		}
 	}
 	return false
 }
+
+func (l FenceFiles) fenceFiles() []string { return []string{l.FenceFile(), l.FenceCleared()} }

@@ -107,19 +107,18 @@ func shimSteps(t *testing.T, logPath string) (map[string]map[string]time.Duratio
 	return out, order
 }
 
-// stepProfile is the table of where a brewlet create's time goes: the median of each step
-// over the warm one-at-a-time creates and over the burst's, and the burst's slowest; the
-// remainder of CRI create+start (containerd, runc start) as its own line.
-func stepProfile(all map[string]map[string]time.Duration, order []string, k int, single, burst []string, singleTotal, burstTotal []time.Duration) string {
-	col := func(ids []string, step string) []time.Duration {
-		var ds []time.Duration
-		for _, id := range ids {
-			if s, ok := all[id]; ok {
-				ds = append(ds, s[step])
-			}
-		}
-		return ds
-	}
+// stepColumn is one column of a step table: the containers it summarizes, their CRI
+// create+start times, and the quantile shown (0.5 the median, 1 the slowest).
+type stepColumn struct {
+	title  string
+	ids    []string
+	totals []time.Duration
+	q      float64
+}
+
+// stepTable is the table of where brewlet creates' time goes, a column per group of
+// creates; the whole of CRI create+start (containerd, runc start included) as its last line.
+func stepTable(all map[string]map[string]time.Duration, order []string, cols ...stepColumn) string {
 	fmtd := func(ds []time.Duration, q float64) string {
 		if len(ds) == 0 {
 			return "–"
@@ -127,34 +126,35 @@ func stepProfile(all map[string]map[string]time.Duration, order []string, k int,
 		return percentile(ds, q).Round(10 * time.Microsecond).String()
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| brewlet create step | one at a time (median of %d) | %d at once (median) | %d at once (slowest) |\n|---|---|---|---|\n", len(single), k, k)
-	for _, st := range order {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", st, fmtd(col(single, st), 0.5), fmtd(col(burst, st), 0.5), fmtd(col(burst, st), 1))
+	b.WriteString("\n| brewlet create step |")
+	for _, c := range cols {
+		b.WriteString(" " + c.title + " |")
 	}
-	fmt.Fprintf(&b, "| CRI create+start in all | %s | %s | %s |\n", fmtd(singleTotal, 0.5), fmtd(burstTotal, 0.5), fmtd(burstTotal, 1))
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(cols)) + "\n")
+	for _, st := range order {
+		fmt.Fprintf(&b, "| %s |", st)
+		for _, c := range cols {
+			var ds []time.Duration
+			for _, id := range c.ids {
+				if s, ok := all[id]; ok {
+					ds = append(ds, s[st])
+				}
+			}
+			fmt.Fprintf(&b, " %s |", fmtd(ds, c.q))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("| CRI create+start in all |")
+	for _, c := range cols {
+		fmt.Fprintf(&b, " %s |", fmtd(c.totals, c.q))
+	}
+	b.WriteString("\n")
 	return b.String()
 }
 
-// firstProfile is the step table of each node's first brewlet create (median over the
-// repetitions): the create that reads the image's blobs and validates its layers.
-func firstProfile(all map[string]map[string]time.Duration, order []string, ids []string, totals []time.Duration) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "\n| brewlet create step | first container of a node (median of %d) |\n|---|---|\n", len(ids))
-	for _, st := range order {
-		var ds []time.Duration
-		for _, id := range ids {
-			if s, ok := all[id]; ok {
-				ds = append(ds, s[st])
-			}
-		}
-		v := "–"
-		if len(ds) > 0 {
-			v = percentile(ds, 0.5).Round(10 * time.Microsecond).String()
-		}
-		fmt.Fprintf(&b, "| %s | %s |\n", st, v)
-	}
-	fmt.Fprintf(&b, "| CRI create+start in all | %s |\n", percentile(totals, 0.5).Round(10*time.Microsecond))
-	return b.String()
+// burstColumns are the median and slowest of k creates made at once.
+func burstColumns(k int, ids []string, totals []time.Duration) []stepColumn {
+	return []stepColumn{{fmt.Sprintf("%d at once (median)", k), ids, totals, 0.5}, {fmt.Sprintf("%d at once (slowest)", k), ids, totals, 1}}
 }
 
 // shimHandlers are the two handlers the shim bench compares, stock first.

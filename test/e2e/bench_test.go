@@ -93,9 +93,10 @@ func TestBenchShim(t *testing.T) {
 		ratioRow("CRI StartContainer", warmStart, dur, "").String() + "\n"
 	t.Log(split)
 	fmt.Print(split)
-	prof := stepProfile(steps, stepNames, k, single, burst, singleTotal, burstTotal)
+	prof := stepTable(steps, stepNames, append([]stepColumn{{fmt.Sprintf("one at a time (median of %d)", len(single)), single, singleTotal, 0.5}},
+		burstColumns(k, burst, burstTotal)...)...)
 	// The first container of each node: its image's blobs and its layers are judged then.
-	prof += firstProfile(steps, stepNames, firsts, firstTotal)
+	prof += stepTable(steps, stepNames, stepColumn{fmt.Sprintf("first container of a node (median of %d)", len(firsts)), firsts, firstTotal, 0.5})
 	t.Log(prof)
 	fmt.Print(prof)
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -100,8 +99,8 @@ func TestBenchPayoff(t *testing.T) {
 		ratioRow(fmt.Sprintf("payoff: %d creates at once, p50", k), p50, dur, "≤ 1.1×"),
 		ratioRow(fmt.Sprintf("payoff: %d creates at once, p99", k), p99, dur, "≤ 1.1×"),
 	})
-	prof := stepProfile(steps, stepNames, k, restartIDs, burstIDs, restartTotal, burstTotal)
-	prof = strings.Replace(prof, "one at a time", "rotation restarts", 1)
+	prof := stepTable(steps, stepNames, append([]stepColumn{{fmt.Sprintf("rotation restarts (median of %d)", len(restartIDs)), restartIDs, restartTotal, 0.5}},
+		burstColumns(k, burstIDs, burstTotal)...)...)
 	t.Log(prof)
 	fmt.Print(prof)
 }

@@ -174,7 +174,7 @@ func (p *payoff) restart(w *payWay, c *payCtr, ref string) {
 	}
 	c.attempt++
 	t1 := time.Now()
-	w.rotStop, w.rotRemove = append(w.rotStop, t1.Sub(t0)), append(w.rotRemove, t1.Sub(tr))
+	w.rotRemove = append(w.rotRemove, t1.Sub(tr))
 	r, err := n.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: c.podID, Config: p.containerConfig(w, ref, c.attempt), SandboxConfig: c.pod})
 	if err != nil {
 		t.Fatal(err)

@@ -79,7 +79,13 @@ func payoffTable(p *payoff, ways []*payWay) string {
 		return ms(w.rotWall), float64(w.rotWall)
 	})
 	row("… of which pulls (conventional) or the install (Brewlet)", func(w *payWay) (string, float64) { return ms(w.rotFetch), float64(w.rotFetch) })
-	row("… per restart: stop + remove (median)", func(w *payWay) (string, float64) { return ms(medianOf(w.rotStop)), float64(medianOf(w.rotStop)) })
+	row("… per restart: stop + remove (median)", func(w *payWay) (string, float64) {
+		var both []time.Duration
+		for i, d := range w.rotStopOnly {
+			both = append(both, d+w.rotRemove[i])
+		}
+		return ms(medianOf(both)), float64(medianOf(both))
+	})
 	row("… per restart: create + start on the new runtime (median)", func(w *payWay) (string, float64) {
 		return ms(medianOf(w.rotCreate)), float64(medianOf(w.rotCreate))
 	})

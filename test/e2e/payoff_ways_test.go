@@ -49,9 +49,8 @@ type payWay struct {
 	rotBytes        int64           // bytes to the node
 	rotWall         time.Duration   // node side: pulls/install + N restarts
 	rotFetch        time.Duration   // of which pulls (conventional) or the install (Brewlet)
-	rotStop         []time.Duration // per restart: stop + remove of the old container
-	rotStopOnly     []time.Duration // of which CRI StopContainer
-	rotRemove       []time.Duration // of which CRI RemoveContainer
+	rotStopOnly     []time.Duration // per restart: CRI StopContainer of the old container
+	rotRemove       []time.Duration // per restart: CRI RemoveContainer of it
 	rotIDs          []string        // the restarted containers
 	rotCreate       []time.Duration // per restart: create + start of the new one
 	rotImages       int             // images rebuilt and pushed
