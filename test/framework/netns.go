@@ -3,9 +3,11 @@ package framework
 import (
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // A node with NodeOptions.OwnNetwork runs its containerd, kubelet, shims and host-network
@@ -85,6 +87,11 @@ func (n *Node) createNetwork(TB) error {
 		return err
 	}
 	n.net = &nodeNet{holder: p, link: link}
+	// The holder's pid exists before unshare has moved it into the new namespace; a veth
+	// peer sent there too early lands in the machine's namespace (which has an eth0).
+	if err := waitOwnNetns(n.netnsPath(), 10*time.Second); err != nil {
+		return err
+	}
 	_, pods, _ := net.ParseCIDR(n.Subnet)
 	ones, _ := pods.Mask.Size()
 	host := [][]string{
@@ -123,4 +130,22 @@ func run(bin string, args ...string) error {
 		return fmt.Errorf("%s %s: %v: %s", bin, strings.Join(args, " "), err, out)
 	}
 	return nil
+}
+
+// waitOwnNetns waits until path names a network namespace other than this process's.
+func waitOwnNetns(path string, timeout time.Duration) error {
+	own, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		if ns, err := os.Readlink(path); err == nil && ns != own {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not leave the machine's network namespace within %s", path, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
