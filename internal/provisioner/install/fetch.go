@@ -151,7 +151,17 @@ func (b *budget) bytesExceeded() error {
 // the diff ID and the limits as it goes. A blob with the wrong digest is never decompressed,
 // so a decompression bomb a mirror substitutes costs its compressed size and nothing more.
 // The layer lands in dir (sealed, see seal) or not at all.
-func fetchLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, dir string, ws *workspace, b *budget) (m layerMarker, err error) {
+func fetchLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, dir string, ws *workspace, b *budget) (layerMarker, error) {
+	m, tmp, err := extractLayer(ctx, l, diffID, ws, b)
+	if err != nil {
+		return m, err
+	}
+	return m, place(tmp, dir, m.DiffID)
+}
+
+// extractLayer is fetchLayer up to the sealed layer in the workspace, which it returns:
+// an install places its layers only once all of them are extracted.
+func extractLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, ws *workspace, b *budget) (m layerMarker, _ string, err error) {
 	m.DiffID = diffID.String()
 	tmp := filepath.Join(ws.dir, diffID.Hex)
 	defer func() {
@@ -161,12 +171,12 @@ func fetchLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, dir string, ws 
 	}()
 	blob, err := download(ctx, l, ws, b.limits)
 	if err != nil {
-		return m, err
+		return m, "", err
 	}
 	defer func() { _ = blob.Close(); _ = os.Remove(blob.Name()) }() // a workspace holds one blob at a time
 	un, err := decompress(blob)
 	if err != nil {
-		return m, err
+		return m, "", err
 	}
 	defer func() { _ = un.Close() }()
 	h := sha256.New()
@@ -185,23 +195,23 @@ func fetchLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, dir string, ws 
 		err = vocab.Errorf(vocab.ReasonLimitExceeded, "the runtime image's layers hold more than %d entries together; the node refuses larger images (installer limit)", b.limits.MaxEntries)
 	}
 	if err != nil {
-		return m, err
+		return m, "", err
 	}
 	if _, err := io.Copy(h, cr); err != nil { // tar padding after the last entry
-		return m, err
+		return m, "", err
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != diffID.Hex {
-		return m, vocab.Errorf(vocab.ReasonDigestMismatch, "layer content hashes to sha256:%s but the image config says %s; the source served altered content", got, diffID)
+		return m, "", vocab.Errorf(vocab.ReasonDigestMismatch, "layer content hashes to sha256:%s but the image config says %s; the source served altered content", got, diffID)
 	}
 	m.TarBytes, m.TarEntries = cr.n, entries
 	charged = true
 	if err := b.chargeExtracted(m); err != nil {
-		return m, err
+		return m, "", err
 	}
 	if err := seal(tmp, m); err != nil {
-		return m, err
+		return m, "", err
 	}
-	return m, place(tmp, dir, m.DiffID)
+	return m, tmp, nil
 }
 
 // place renames a sealed layer into the cache. A layer already there (a concurrent install

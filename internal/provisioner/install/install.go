@@ -309,26 +309,39 @@ type layerFetch struct {
 	dir    string
 }
 
-// fetchLayers fetches and extracts the missing layers, maxParallelLayers at a time, into
-// the layer cache. The first failure cancels the others; it is the one returned, wrapped.
+// fetchLayers fetches and extracts the missing layers, maxParallelLayers at a time, and
+// places them in the layer cache once every one of them is extracted and verified: an
+// image refused on any layer (a bomb, a digest mismatch, the limits over all layers) leaves
+// nothing in the cache, whichever layer happened to finish first. The first failure
+// cancels the others; it is the one returned, wrapped.
 func fetchLayers(ctx context.Context, fetches []layerFetch, ws *workspace, b *budget, res *Result, wrap func(layerFetch, error) error) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(maxParallelLayers)
-	var mu sync.Mutex
-	for _, f := range fetches {
+	done := make([]struct {
+		m   layerMarker
+		tmp string
+	}, len(fetches))
+	for i, f := range fetches {
 		g.Go(func() error {
-			m, err := fetchLayer(gctx, f.layer, f.diffID, f.dir, ws, b)
+			m, tmp, err := extractLayer(gctx, f.layer, f.diffID, ws, b)
 			if err != nil {
 				return wrap(f, err)
 			}
-			mu.Lock()
-			res.LayersFetched++
-			res.BytesFetched += m.TarBytes
-			mu.Unlock()
+			done[i].m, done[i].tmp = m, tmp
 			return nil
 		})
 	}
-	return g.Wait()
+	if err := g.Wait(); err != nil {
+		return err // the workspace, removed with the install, holds what was extracted
+	}
+	for i, f := range fetches {
+		if err := place(done[i].tmp, f.dir, done[i].m.DiffID); err != nil {
+			return wrap(f, err)
+		}
+		res.LayersFetched++
+		res.BytesFetched += done[i].m.TarBytes
+	}
+	return nil
 }
 
 // phases times an install's parts.
