@@ -153,14 +153,21 @@ func (b *budget) bytesExceeded() error {
 // The layer lands in dir (sealed, see seal) or not at all.
 func fetchLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, dir string, ws *workspace, b *budget) (layerMarker, error) {
 	m, tmp, err := extractLayer(ctx, l, diffID, ws, b)
-	if err != nil {
-		return m, err
+	if err == nil {
+		err = syncTree(tmp)
 	}
-	return m, place(tmp, dir, m.DiffID)
+	if err == nil {
+		err = place(tmp, dir, m.DiffID)
+	}
+	if err == nil {
+		err = fsyncDir(filepath.Dir(dir))
+	}
+	return m, err
 }
 
-// extractLayer is fetchLayer up to the sealed layer in the workspace, which it returns:
-// an install places its layers only once all of them are extracted.
+// extractLayer is fetchLayer up to the sealed (not yet synced) layer in the workspace,
+// which it returns: an install syncs and places its layers only once all of them are
+// extracted.
 func extractLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, ws *workspace, b *budget) (m layerMarker, _ string, err error) {
 	m.DiffID = diffID.String()
 	tmp := filepath.Join(ws.dir, diffID.Hex)
@@ -218,7 +225,8 @@ func extractLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, ws *workspace
 // of another runtime sharing it) is kept when it verifies. One that does not is moved
 // aside, not deleted: a container started on it before (an older Brewlet's layer without a
 // marker) still has it as an overlay lower directory, and garbage collection removes the
-// aside copy after its grace period like any layer no generation names.
+// aside copy after its grace period like any layer no generation names. The caller syncs
+// the layer before and the cache directory after.
 func place(tmp, dir, diffID string) error {
 	err := os.Rename(tmp, dir)
 	if errors.Is(err, fs.ErrExist) {
@@ -230,10 +238,7 @@ func place(tmp, dir, diffID string) error {
 		}
 		err = os.Rename(tmp, dir)
 	}
-	if err != nil {
-		return err
-	}
-	return fsyncDir(filepath.Dir(dir))
+	return err
 }
 
 // download copies a layer's compressed blob into a workspace file, hashing it on the way,

@@ -180,7 +180,8 @@ func TestFetchEntryLimit(t *testing.T) {
 }
 
 // Layers extracted at the same time share one budget: two bombs that each fit the byte cap
-// but not together are refused, neither is placed, and nothing stays counted; two that fit
+// but not together are refused, neither is placed (whichever finished first), nothing
+// stays in the workspace and nothing stays counted; two that fit
 // together are both placed and charged once each. Entries are checked over both too.
 func TestFetchLayersShareTheBudget(t *testing.T) {
 	e := newFetchEnv(t)
@@ -202,6 +203,9 @@ func TestFetchLayersShareTheBudget(t *testing.T) {
 	}
 	if bud.live != 0 {
 		t.Errorf("%d bytes still counted as being extracted", bud.live)
+	}
+	if ents, err := os.ReadDir(e.ws.dir); err != nil || len(ents) != 1 || ents[0].Name() != ownerFile {
+		t.Errorf("the workspace keeps %v after the refusal (%v); want only %s", ents, err, ownerFile)
 	}
 
 	bud = &budget{limits: Limits{MaxBytes: int64(len(a) + len(b))}.withDefaults()}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -331,8 +332,20 @@ func fetchLayers(ctx context.Context, fetches []layerFetch, ws *workspace, b *bu
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return err // the workspace, removed with the install, holds what was extracted
+	err := g.Wait()
+	if err == nil && len(fetches) > 0 {
+		err = syncTree(ws.dir)
+	}
+	if err != nil {
+		for _, d := range done {
+			if d.tmp != "" {
+				_ = os.RemoveAll(d.tmp)
+			}
+		}
+		return err
+	}
+	if len(fetches) == 0 {
+		return nil
 	}
 	for i, f := range fetches {
 		if err := place(done[i].tmp, f.dir, done[i].m.DiffID); err != nil {
@@ -341,7 +354,7 @@ func fetchLayers(ctx context.Context, fetches []layerFetch, ws *workspace, b *bu
 		res.LayersFetched++
 		res.BytesFetched += done[i].m.TarBytes
 	}
-	return nil
+	return fsyncDir(filepath.Dir(fetches[0].dir))
 }
 
 // phases times an install's parts.

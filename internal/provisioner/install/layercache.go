@@ -105,9 +105,8 @@ func verifyLayer(dir, diffID string) (layerMarker, error) {
 	return m, nil
 }
 
-// seal records the marker of a freshly extracted layer and makes the layer durable before
-// it can be renamed into place: one syncfs instead of an fsync per file (a runtime layer
-// has tens of thousands), which flushes the files, the directories and the marker alike.
+// seal records the marker of a freshly extracted layer. The layer must then be made
+// durable (syncTree) before it is renamed into place.
 func seal(tmp string, m layerMarker) error {
 	files, bytes, err := treeStats(tmp)
 	if err != nil {
@@ -117,13 +116,20 @@ func seal(tmp string, m layerMarker) error {
 	if err := writeMarker(tmp, m); err != nil {
 		return fmt.Errorf("mark layer complete: %w", err)
 	}
-	f, err := os.Open(tmp)
+	return nil
+}
+
+// syncTree makes everything written below dir durable: one syncfs instead of an fsync per
+// file (a runtime layer has tens of thousands), which flushes the files, the directories
+// and the markers alike — of every layer an install extracted, with one call.
+func syncTree(dir string) error {
+	f, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = f.Close() }()
 	if err := unix.Syncfs(int(f.Fd())); err != nil {
-		return fmt.Errorf("sync layer: %w", err)
+		return fmt.Errorf("sync extracted layers: %w", err)
 	}
 	return nil
 }
