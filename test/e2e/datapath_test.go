@@ -83,12 +83,14 @@ func pushHello(t *testing.T, cli, registry string, extra ...string) string {
 	return lastLine(out)
 }
 
-func (d *dataPath) install(t *testing.T, gen int64) {
+func (d *dataPath) install(t *testing.T, gen int64) *install.Result {
 	t.Helper()
-	if _, err := d.inst.Install(context.Background(), install.Request{ID: pyID, Epoch: d.epoch, Generation: gen,
-		Image: d.refs["python"+string(rune('0'+gen))], UID: 10001, GID: 10001}); err != nil {
+	res, err := d.inst.Install(context.Background(), install.Request{ID: pyID, Epoch: d.epoch, Generation: gen,
+		Image: d.refs["python"+string(rune('0'+gen))], UID: 10001, GID: 10001})
+	if err != nil {
 		t.Fatalf("install generation %d: %v", gen, err)
 	}
+	return res
 }
 
 func (d *dataPath) authorize(t *testing.T, revoked bool, valid time.Duration) {

@@ -202,7 +202,8 @@ func (p *payoff) brewletWay() *payWay {
 	}
 	install := func(gen int64) int64 {
 		before := p.installed.down.Load()
-		d.install(t, gen)
+		res := d.install(t, gen)
+		t.Logf("brewlet install of generation %d: %s", gen, res.Phases)
 		if gen == 1 {
 			if err := d.host.OpenFence(); err != nil {
 				t.Fatal(err)

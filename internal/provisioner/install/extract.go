@@ -51,11 +51,25 @@ func Extract(r io.Reader, dst string) error {
 // (negative: no limit) with LimitExceeded, and returning how many entries it read. The
 // entry cap bounds the work and inodes of one layer; the caller bounds the bytes it feeds.
 func ExtractLimited(r io.Reader, dst string, maxEntries int64) (int64, error) {
+	return extract(r, dst, maxEntries, true)
+}
+
+// extract is ExtractLimited; queued lets small files be created in the background
+// (extractwriters.go), and tests compare it with extraction strictly in order.
+func extract(r io.Reader, dst string, maxEntries int64, queued bool) (int64, error) {
 	if err := os.Mkdir(dst, 0o755); err != nil {
 		return 0, err
 	}
 	x := &extractor{root: dst, maxEntries: maxEntries}
+	if queued {
+		x.w = newWriters(x)
+	}
 	vs, err := artifact.ReadTarHeaders(r, x.entry)
+	if x.w != nil {
+		if werr := x.w.close(); err == nil {
+			err = werr
+		}
+	}
 	if err != nil {
 		return x.entries, err
 	}
@@ -69,6 +83,7 @@ type extractor struct {
 	root       string
 	maxEntries int64
 	entries    int64
+	w          *writers // small files are created by these; nil: all in place
 }
 
 func refuse(p, why string) error {
@@ -125,6 +140,11 @@ func (x *extractor) entry(e artifact.Entry, h *tar.Header, body io.Reader) error
 	if !artifact.InLayer(e.Path) {
 		return refuse(e.Path, "names a path outside the layer")
 	}
+	if x.w != nil {
+		if err := x.w.settle(e); err != nil {
+			return err
+		}
+	}
 	dir, err := x.parent(e.Path)
 	if err != nil {
 		return err
@@ -155,6 +175,14 @@ func (x *extractor) entry(e artifact.Entry, h *tar.Header, body io.Reader) error
 	case artifact.TypeFile:
 		if err := removeExisting(name); err != nil {
 			return err
+		}
+		if x.w != nil && h.Size >= 0 && h.Size <= maxQueuedFile {
+			data := make([]byte, h.Size)
+			if _, err := io.ReadFull(body, data); err != nil {
+				return err
+			}
+			x.w.queue(name, data, e) // the writer applies the attributes
+			return nil
 		}
 		f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
 		if err != nil {

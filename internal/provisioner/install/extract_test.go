@@ -3,8 +3,11 @@ package install
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -157,6 +160,14 @@ func FuzzExtract(f *testing.F) {
 	f.Add(tarOf(f, hdr{Name: ".wh...", Typeflag: tar.TypeReg}))
 	f.Add(tarOf(f, hdr{Name: "a/b/", Typeflag: tar.TypeDir, Mode: 0o755}, hdr{Name: "a/b/.wh...", Typeflag: tar.TypeReg}, hdr{Name: "a/.wh..", Typeflag: tar.TypeReg}))
 	f.Add(tarOf(f, hdr{Name: ".", Typeflag: tar.TypeReg}, hdr{Name: "x", Typeflag: tar.TypeLink, Linkname: "./"}))
+	// Entries that replace or reach through earlier ones, which the background writers must
+	// not reorder (extractwriters.go).
+	f.Add(tarOf(f, hdr{Name: "a", Typeflag: tar.TypeReg, Mode: 0o644}, hdr{Name: "a/b", Typeflag: tar.TypeReg, Mode: 0o644}))
+	f.Add(tarOf(f, hdr{Name: "a", Typeflag: tar.TypeReg, Mode: 0o644}, hdr{Name: "a/", Typeflag: tar.TypeDir, Mode: 0o755}, hdr{Name: "a/b", Typeflag: tar.TypeReg, Mode: 0o600}))
+	f.Add(tarOf(f, hdr{Name: "d/f", Typeflag: tar.TypeReg, Mode: 0o644}, hdr{Name: "d", Typeflag: tar.TypeSymlink, Linkname: "/etc"}, hdr{Name: "d/g", Typeflag: tar.TypeReg, Mode: 0o644}))
+	f.Add(tarOf(f, hdr{Name: "f", Typeflag: tar.TypeReg, Mode: 0o4755}, hdr{Name: "h", Typeflag: tar.TypeLink, Linkname: "f"}, hdr{Name: "f", Typeflag: tar.TypeReg, Mode: 0o600}))
+	f.Add(tarOf(f, hdr{Name: "d/e/f", Typeflag: tar.TypeReg, Mode: 0o644}, hdr{Name: "d/.wh.e", Typeflag: tar.TypeReg}, hdr{Name: "d/e", Typeflag: tar.TypeReg, Mode: 0o644}))
+	f.Add(tarOf(f, hdr{Name: "d/f", Typeflag: tar.TypeReg, Mode: 0o644}, hdr{Name: "d/.wh..wh..opq", Typeflag: tar.TypeReg}, hdr{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o700, Uid: 7}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		requireRoot(t)
 		sandbox := t.TempDir()
@@ -179,7 +190,74 @@ func FuzzExtract(f *testing.F) {
 		}
 		// Whatever the input, nothing beside the layer directory changes.
 		sandboxUntouched(t, sandbox, "sentinel")
+		// Background writers change nothing: extracting strictly in order gives the same
+		// tree, or refuses too.
+		_, inOrder := extract(bytes.NewReader(b), filepath.Join(sandbox, "in-order"), -1, false)
+		if (err == nil) != (inOrder == nil) {
+			t.Fatalf("queued: %v; in order: %v", err, inOrder)
+		}
+		if err == nil {
+			if a, b := describeTree(t, filepath.Join(sandbox, "layer")), describeTree(t, filepath.Join(sandbox, "in-order")); !slices.Equal(a, b) {
+				t.Fatalf("queued and in-order extractions differ:\n%s\n---\n%s", strings.Join(a, "\n"), strings.Join(b, "\n"))
+			}
+		}
 	})
+}
+
+// describeTree lists every entry below root with its type, mode, owner, content hash or
+// link target, extended attributes and which entries share an inode.
+func describeTree(t testing.TB, root string) []string {
+	t.Helper()
+	var out []string
+	inodes := map[uint64]string{}
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		desc := fmt.Sprintf("%s mode=%o uid=%d gid=%d rdev=%d", rel, st.Mode, st.Uid, st.Gid, st.Rdev)
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			desc += fmt.Sprintf(" sha256=%x", sha256.Sum256(b))
+			if first, ok := inodes[st.Ino]; ok {
+				desc += " same-inode-as=" + first
+			} else {
+				inodes[st.Ino] = rel
+			}
+		case unix.S_IFLNK:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			desc += " -> " + target
+		}
+		buf := make([]byte, 4096)
+		n, _ := unix.Llistxattr(p, buf)
+		names := strings.Split(string(buf[:max(n, 0)]), "\x00")
+		slices.Sort(names)
+		for _, name := range names {
+			if name == "" {
+				continue
+			}
+			v := make([]byte, 4096)
+			vn, _ := unix.Lgetxattr(p, name, v)
+			desc += fmt.Sprintf(" %s=%q", name, v[:max(vn, 0)])
+		}
+		out = append(out, desc)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // sandboxUntouched fails unless sandbox is still a directory holding only keep (unchanged

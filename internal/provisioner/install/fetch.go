@@ -197,16 +197,21 @@ func extractLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, ws *workspace
 	// Entries are charged when a layer is done: layers extracted at the same time may each
 	// reach what was left when they began, and the total is checked at the charge.
 	before := b.entriesCharged()
-	entries, err := ExtractLimited(io.TeeReader(cr, h), tmp, b.limits.MaxEntries-before)
+	// Decompression and hashing run ahead of the extractor on a goroutine of their own;
+	// it has stopped (Close) before the budget's and the hash's figures are read.
+	ra := newReadAhead(io.TeeReader(cr, h))
+	defer func() { _ = ra.Close() }()
+	entries, err := ExtractLimited(ra, tmp, b.limits.MaxEntries-before)
 	if vocab.ReasonOf(err) == vocab.ReasonLimitExceeded && before > 0 {
 		err = vocab.Errorf(vocab.ReasonLimitExceeded, "the runtime image's layers hold more than %d entries together; the node refuses larger images (installer limit)", b.limits.MaxEntries)
 	}
 	if err != nil {
 		return m, "", err
 	}
-	if _, err := io.Copy(h, cr); err != nil { // tar padding after the last entry
+	if _, err := io.Copy(io.Discard, ra); err != nil { // tar padding after the last entry
 		return m, "", err
 	}
+	_ = ra.Close()
 	if got := hex.EncodeToString(h.Sum(nil)); got != diffID.Hex {
 		return m, "", vocab.Errorf(vocab.ReasonDigestMismatch, "layer content hashes to sha256:%s but the image config says %s; the source served altered content", got, diffID)
 	}

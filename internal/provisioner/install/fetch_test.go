@@ -192,7 +192,7 @@ func TestFetchLayersShareTheBudget(t *testing.T) {
 	wrap := func(f layerFetch, err error) error { return err }
 
 	bud := &budget{limits: Limits{MaxBytes: 5 << 20}.withDefaults()}
-	err := fetchLayers(context.Background(), fetches, e.ws, bud, &Result{}, wrap)
+	err := fetchLayers(context.Background(), fetches, e.ws, bud, &Result{}, nil, wrap)
 	if vocab.ReasonOf(err) != vocab.ReasonLimitExceeded {
 		t.Fatalf("two layers over the cap together: %v; want LimitExceeded", err)
 	}
@@ -210,7 +210,7 @@ func TestFetchLayersShareTheBudget(t *testing.T) {
 
 	bud = &budget{limits: Limits{MaxBytes: int64(len(a) + len(b))}.withDefaults()}
 	res := &Result{}
-	if err := fetchLayers(context.Background(), fetches, e.ws, bud, res, wrap); err != nil {
+	if err := fetchLayers(context.Background(), fetches, e.ws, bud, res, nil, wrap); err != nil {
 		t.Fatalf("two layers within the cap: %v", err)
 	}
 	if res.LayersFetched != 2 || bud.bytes != int64(len(a)+len(b)) || bud.live != 0 || bud.entries != 2 {
@@ -227,7 +227,7 @@ func TestFetchLayersShareTheBudget(t *testing.T) {
 	fetches = []layerFetch{{index: 0, layer: lc, diffID: lc.diffID, dir: filepath.Join(e.root, lc.diffID.Hex)},
 		{index: 1, layer: ld, diffID: ld.diffID, dir: filepath.Join(e.root, ld.diffID.Hex)}}
 	bud = &budget{limits: Limits{MaxEntries: 1}.withDefaults()}
-	if err := fetchLayers(context.Background(), fetches, e.ws, bud, &Result{}, wrap); vocab.ReasonOf(err) != vocab.ReasonLimitExceeded {
+	if err := fetchLayers(context.Background(), fetches, e.ws, bud, &Result{}, nil, wrap); vocab.ReasonOf(err) != vocab.ReasonLimitExceeded {
 		t.Fatalf("two one-entry layers under a one-entry cap: %v; want LimitExceeded", err)
 	}
 }
