@@ -166,8 +166,8 @@ func fetchLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, dir string, ws 
 }
 
 // extractLayer is fetchLayer up to the sealed (not yet synced) layer in the workspace,
-// which it returns: an install syncs and places its layers only once all of them are
-// extracted.
+// which it returns: an install places its layers only once all of them are extracted and
+// synced.
 func extractLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, ws *workspace, b *budget) (m layerMarker, _ string, err error) {
 	m.DiffID = diffID.String()
 	tmp := filepath.Join(ws.dir, diffID.Hex)

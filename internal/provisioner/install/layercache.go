@@ -121,7 +121,7 @@ func seal(tmp string, m layerMarker) error {
 
 // syncTree makes everything written below dir durable: one syncfs instead of an fsync per
 // file (a runtime layer has tens of thousands), which flushes the files, the directories
-// and the markers alike — of every layer an install extracted, with one call.
+// and the marker alike.
 func syncTree(dir string) error {
 	f, err := os.Open(dir)
 	if err != nil {
