@@ -184,15 +184,7 @@ func (x *extractor) entry(e artifact.Entry, h *tar.Header, body io.Reader) error
 			x.w.queue(name, data, e) // the writer applies the attributes
 			return nil
 		}
-		f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(f, body); err != nil {
-			_ = f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
+		if err := createFile(name, body); err != nil {
 			return err
 		}
 	case artifact.TypeSymlink:

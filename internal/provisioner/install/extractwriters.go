@@ -1,6 +1,8 @@
 package install
 
 import (
+	"bytes"
+	"io"
 	"os"
 	"path"
 	"sync"
@@ -62,7 +64,7 @@ func newWriters(x *extractor) *writers {
 func (w *writers) run() {
 	defer w.quit.Done()
 	for j := range w.jobs {
-		err := createFile(j.name, j.data)
+		err := createFile(j.name, bytes.NewReader(j.data))
 		if err == nil {
 			err = w.x.attributes(j.name, j.e)
 		}
@@ -140,13 +142,13 @@ func (w *writers) close() error {
 }
 
 // createFile creates a new regular file (never through a symlink, never over an entry)
-// holding data.
-func createFile(name string, data []byte) error {
+// holding what r yields.
+func createFile(name string, r io.Reader) error {
 	f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
+	if _, err := io.Copy(f, r); err != nil {
 		_ = f.Close()
 		return err
 	}

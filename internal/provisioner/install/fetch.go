@@ -154,9 +154,6 @@ func (b *budget) bytesExceeded() error {
 func fetchLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, dir string, ws *workspace, b *budget) (layerMarker, error) {
 	m, tmp, err := extractLayer(ctx, l, diffID, ws, b)
 	if err == nil {
-		err = syncTree(tmp)
-	}
-	if err == nil {
 		err = place(tmp, dir, m.DiffID)
 	}
 	if err == nil {
@@ -165,9 +162,8 @@ func fetchLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, dir string, ws 
 	return m, err
 }
 
-// extractLayer is fetchLayer up to the sealed (not yet synced) layer in the workspace,
-// which it returns: an install places its layers only once all of them are extracted and
-// synced.
+// extractLayer is fetchLayer up to the sealed layer in the workspace, which it returns:
+// an install places its layers only once all of them are extracted and sealed.
 func extractLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, ws *workspace, b *budget) (m layerMarker, _ string, err error) {
 	m.DiffID = diffID.String()
 	tmp := filepath.Join(ws.dir, diffID.Hex)
@@ -230,8 +226,8 @@ func extractLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, ws *workspace
 // of another runtime sharing it) is kept when it verifies. One that does not is moved
 // aside, not deleted: a container started on it before (an older Brewlet's layer without a
 // marker) still has it as an overlay lower directory, and garbage collection removes the
-// aside copy after its grace period like any layer no generation names. The caller syncs
-// the layer before and the cache directory after.
+// aside copy after its grace period like any layer no generation names. The caller fsyncs
+// the cache directory after.
 func place(tmp, dir, diffID string) error {
 	err := os.Rename(tmp, dir)
 	if errors.Is(err, fs.ErrExist) {

@@ -318,6 +318,9 @@ type layerFetch struct {
 // nothing in the cache, whichever layer happened to finish first. The first failure
 // cancels the others; it is the one returned, wrapped.
 func fetchLayers(ctx context.Context, fetches []layerFetch, ws *workspace, b *budget, res *Result, ph *phases, wrap func(layerFetch, error) error) error {
+	if len(fetches) == 0 {
+		return nil
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(maxParallelLayers)
 	done := make([]struct {
@@ -327,24 +330,15 @@ func fetchLayers(ctx context.Context, fetches []layerFetch, ws *workspace, b *bu
 	for i, f := range fetches {
 		g.Go(func() error {
 			m, tmp, err := extractLayer(gctx, f.layer, f.diffID, ws, b)
-			if err == nil {
-				// Each layer syncs as soon as it is extracted: the disk then works while the
-				// other layers still extract (one syncfs after all of them made installs
-				// slower: 0.8x against 0.6x of containerd's pull, docs/provisioner.md "Durability").
-				err = syncTree(tmp)
-			}
 			if err != nil {
-				done[i].tmp = tmp
-				return wrap(f, err)
+				return wrap(f, err) // extractLayer removed what it extracted
 			}
 			done[i].m, done[i].tmp = m, tmp
 			return nil
 		})
 	}
 	err := g.Wait()
-	if len(fetches) > 0 {
-		ph.mark("extract")
-	}
+	ph.mark("extract")
 	if err != nil {
 		for _, d := range done {
 			if d.tmp != "" {
@@ -352,9 +346,6 @@ func fetchLayers(ctx context.Context, fetches []layerFetch, ws *workspace, b *bu
 			}
 		}
 		return err
-	}
-	if len(fetches) == 0 {
-		return nil
 	}
 	for i, f := range fetches {
 		if err := place(done[i].tmp, f.dir, done[i].m.DiffID); err != nil {

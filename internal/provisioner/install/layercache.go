@@ -105,8 +105,12 @@ func verifyLayer(dir, diffID string) (layerMarker, error) {
 	return m, nil
 }
 
-// seal records the marker of a freshly extracted layer. The layer must then be made
-// durable (syncTree) before it is renamed into place.
+// seal records the marker of a freshly extracted layer and makes the layer durable before
+// it can be renamed into place: one syncfs instead of an fsync per file (a runtime layer
+// has tens of thousands), which flushes the files, the directories and the marker alike.
+// Each layer seals as soon as it is extracted, so the disk works while the install's
+// other layers still extract (one syncfs after all of them made installs slower,
+// docs/provisioner.md "Durability").
 func seal(tmp string, m layerMarker) error {
 	files, bytes, err := treeStats(tmp)
 	if err != nil {
@@ -116,20 +120,13 @@ func seal(tmp string, m layerMarker) error {
 	if err := writeMarker(tmp, m); err != nil {
 		return fmt.Errorf("mark layer complete: %w", err)
 	}
-	return nil
-}
-
-// syncTree makes everything written below dir durable: one syncfs instead of an fsync per
-// file (a runtime layer has tens of thousands), which flushes the files, the directories
-// and the marker alike.
-func syncTree(dir string) error {
-	f, err := os.Open(dir)
+	f, err := os.Open(tmp)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = f.Close() }()
 	if err := unix.Syncfs(int(f.Fd())); err != nil {
-		return fmt.Errorf("sync extracted layers: %w", err)
+		return fmt.Errorf("sync layer: %w", err)
 	}
 	return nil
 }
