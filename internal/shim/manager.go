@@ -30,11 +30,14 @@ func NewManager(name string) shim.Shim {
 type shimManager struct{ shim.Shim }
 
 func (m *shimManager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
-	st, err := m.Shim.Stop(ctx, id)
-	if err != nil {
-		return st, err
-	}
 	bundle := bundleOf(id)
+	st, done := deletedStop(ctx, bundle, id)
+	if !done {
+		var err error
+		if st, err = m.Shim.Stop(ctx, id); err != nil {
+			return st, err
+		}
+	}
 	l, ok := markedLayout(bundle)
 	if !ok {
 		return st, nil // a sandbox, or not a container this shim composed

@@ -1,7 +1,7 @@
 // Package shim is the containerd runtime v2 shim behind the "brewlet" handler. It is
 // containerd's own runc shim with its TTRPC task service wrapped: lifecycle, IO, exits, OOM
-// events and cgroups stay stock, and Brewlet only intervenes where a container is created
-// or a process is added to it.
+// events and cgroups stay stock. Brewlet intervenes where a container is created or a
+// process is added to it, and saves runc's execs where a stop needs none (kill.go, stop.go).
 package shim
 
 import (

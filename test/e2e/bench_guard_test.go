@@ -27,6 +27,13 @@ func mean(xs []int) float64 {
 func dur(v float64) string { return time.Duration(v).Round(time.Millisecond).String() }
 func kib(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
 
+// benchReps is the benches' default number of repetitions. The handler or way measured
+// second in a repetition meets a node that has already run the first one's containers, and
+// on the development machine that cost it 20–30 ms per container stop (docs/benchmarks.md,
+// 2026-12-06); which goes first alternates, so an even number gives both sides the same
+// number of first places (with 5, the side that starts second went second three times).
+const benchReps = 6
+
 // ratioRow turns per-repetition measurements [stock, brewlet] into a guarded row: the
 // ratio of each repetition (brewlet over stock, same node, same run) summarized.
 func ratioRow(metric string, m [2][]float64, unit func(float64) string, target string) benchratio.Row {

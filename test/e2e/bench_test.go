@@ -30,11 +30,11 @@ import (
 // (the two handlers interleaved pod by pod; which goes first alternates, so neither always
 // meets a colder node) and BENCH_CONCURRENT (20) creates at once per handler (which handler
 // bursts first alternates too). It prints each ratio's median and spread over BENCH_REPS
-// repetitions (default 5), compares them with docs/benchmarks.md (benchGuard), and prints
+// repetitions (default 6: even, so each handler goes first equally often), compares them with docs/benchmarks.md (benchGuard), and prints
 // where a brewlet create's time goes, step by step, from the shim's own log. It asserts
 // nothing about timings. Run with `make bench`.
 func TestBenchShim(t *testing.T) {
-	pods, reps, k := envInt("BENCH_PODS", 10), envInt("BENCH_REPS", 5), envInt("BENCH_CONCURRENT", 20)
+	pods, reps, k := envInt("BENCH_PODS", 10), envInt("BENCH_REPS", benchReps), envInt("BENCH_CONCURRENT", 20)
 	cli := buildCLI(t)
 	var first, warm, pss, p50, p99 [2][]float64 // [stock, brewlet] per repetition
 	var warmCreate, warmStart [2][]float64      // the warm median split: CRI create, then start
@@ -235,10 +235,10 @@ func shimPSS(t *testing.T, nodeDir, handler string) []int {
 // unpack into the overlayfs snapshotter) of the same image from the same loopback
 // registry, cold and for a rotation to CPython's Debian security update (the runtime's
 // own packages and the metadata layer change, the base libraries do not). Each repetition
-// (BENCH_REPS, default 5) has a node of its own, so both start cold; which goes first
+// (BENCH_REPS, default 6) has a node of its own, so both start cold; which goes first
 // alternates.
 func TestBenchInstall(t *testing.T) {
-	reps := envInt("BENCH_REPS", 5)
+	reps := envInt("BENCH_REPS", benchReps)
 	var cold, rotation [2][]float64 // [ctr, brewlet]
 	for rep := range reps {
 		t.Run(fmt.Sprintf("rep%d", rep), func(t *testing.T) {

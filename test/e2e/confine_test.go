@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -103,6 +104,50 @@ func TestShimConfinesTheWholeSpec(t *testing.T) {
 		}
 	})
 
+	// The shim signals the init process itself (not through `runc kill`) and answers the
+	// delete action from the bundle: the application must still get exactly its stop signal,
+	// and the stop must leave nothing of the container behind.
+	t.Run("the stop signal reaches the application and the stop leaves nothing behind", func(t *testing.T) {
+		cid, _, err := d.startIn(t, nil, nil, func(c *runtimeapi.ContainerConfig) {
+			c.Command = []string{"python", "-c", "import signal, sys, time\n" +
+				"signal.signal(signal.SIGTERM, lambda *a: sys.exit(42))\n" +
+				"while True: time.sleep(1)"}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		app := containerPID(t, d.n, cid)
+		// SIGTERM's default action does nothing to a PID namespace's init: wait until the
+		// handler is installed, or the stop would end in SIGKILL whatever the shim does.
+		for deadline := time.Now().Add(60 * time.Second); !catches(app, syscall.SIGTERM); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the application did not install its SIGTERM handler in 60s")
+			}
+		}
+		ctx := context.Background()
+		if _, err := d.n.Runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: cid, Timeout: 60}); err != nil {
+			t.Fatal(err)
+		}
+		st, err := d.n.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: cid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := st.GetStatus().GetExitCode(); code != 42 {
+			t.Fatalf("exit code %d, want 42 (the application's SIGTERM handler; 137 would be SIGKILL after the timeout)", code)
+		}
+		if _, err := d.n.Runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: cid, Timeout: 1}); err != nil {
+			t.Fatalf("a second stop: %v", err)
+		}
+		for _, gone := range []string{filepath.Join(d.n.Dir, "runc", "k8s.io", cid), d.host.LeaseFile(cid), d.host.ContainerDir(cid)} {
+			if _, err := os.Stat(gone); !os.IsNotExist(err) {
+				t.Errorf("%s after the stop: %v (want it gone)", gone, err)
+			}
+		}
+		if !processGone(app) {
+			t.Errorf("application process %d still runs after the stop", app)
+		}
+	})
+
 	t.Run("a crashed shim's lease and exec state are released by its delete", func(t *testing.T) {
 		cid, pod, err := d.startIn(t, nil, nil, func(c *runtimeapi.ContainerConfig) {
 			c.Command = []string{"python", "-c", "import time; time.sleep(3600)"}
@@ -113,23 +158,72 @@ func TestShimConfinesTheWholeSpec(t *testing.T) {
 		if _, err := os.Stat(d.host.LeaseFile(cid)); err != nil {
 			t.Fatalf("no lease for a running container: %v", err)
 		}
+		app := containerPID(t, d.n, cid)
 		pid := shimPID(t, d.n, pod.Metadata.Uid)
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
+		// runc still has the container: the delete action must run runc (not answer from
+		// the bundle, as it does for a container the shim deleted itself), which kills it.
+		runcState := filepath.Join(d.n.Dir, "runc", "k8s.io", cid)
 		deadline := time.Now().Add(60 * time.Second)
 		for {
 			_, lerr := os.Stat(d.host.LeaseFile(cid))
 			_, serr := os.Stat(d.host.ContainerDir(cid))
-			if os.IsNotExist(lerr) && os.IsNotExist(serr) {
+			_, rerr := os.Stat(runcState)
+			if os.IsNotExist(lerr) && os.IsNotExist(serr) && os.IsNotExist(rerr) && processGone(app) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("60s after the shim was killed: lease %v, exec state %v (want both gone)", lerr, serr)
+				t.Fatalf("60s after the shim was killed: lease %v, exec state %v, runc state %v, application process gone %v (want all gone)",
+					lerr, serr, rerr, processGone(app))
 			}
 			time.Sleep(500 * time.Millisecond)
 		}
 	})
+}
+
+// containerPID is the host PID of a running container's init process, from CRI's verbose
+// status.
+func containerPID(t *testing.T, n *framework.Node, cid string) int {
+	t.Helper()
+	st, err := n.Runtime.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: cid, Verbose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Pid int `json:"pid"`
+	}
+	if err := json.Unmarshal([]byte(st.GetInfo()["info"]), &info); err != nil || info.Pid < 2 {
+		t.Fatalf("container %s: no pid in its status (%v): %s", cid, err, st.GetInfo()["info"])
+	}
+	return info.Pid
+}
+
+// catches reports whether pid has a handler installed for sig (SigCgt of its status).
+func catches(pid int, sig syscall.Signal) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "SigCgt:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<(uint(sig)-1)) != 0
+		}
+	}
+	return false
+}
+
+// processGone reports whether pid has exited (no longer listed, or a zombie awaiting its
+// parent).
+func processGone(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	_, after, ok := strings.Cut(string(b), ") ")
+	return ok && strings.HasPrefix(after, "Z")
 }
 
 // hostDeviceGroup makes a device node owned by a non-root group in the device tree the

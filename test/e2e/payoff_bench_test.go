@@ -36,11 +36,11 @@ import (
 // runc against brewlet. The first repetition measures all three ways and prints their table
 // (and writes docs/payoff.svg); every repetition measures (a) and (c), which goes first
 // alternating, and the timing ratios of (c) over (a) are printed with their spread and
-// guarded like the shim bench's (benchGuard). It asserts no timing. BENCH_REPS (5),
+// guarded like the shim bench's (benchGuard). It asserts no timing. BENCH_REPS (6),
 // BENCH_APPS (20), BENCH_BASES (5), BENCH_RUNS (5 new-version starts) and BENCH_CONCURRENT
 // (20) size it; docs/benchmarks.md explains every figure.
 func TestBenchPayoff(t *testing.T) {
-	reps, k := envInt("BENCH_REPS", 5), envInt("BENCH_CONCURRENT", 20)
+	reps, k := envInt("BENCH_REPS", benchReps), envInt("BENCH_CONCURRENT", 20)
 	var rotWall, restart, stop, remove, newVersion, p50, p99 [2][]float64 // [(a), (c)] per repetition
 	var restartIDs, burstIDs []string                                     // brewlet containers, for the step profile
 	var restartTotal, burstTotal []time.Duration

@@ -95,6 +95,11 @@ func Harness(n Node) ([]byte, error) {
 			},
 		},
 	}
+	// For profiling by hand: containerd's and the shims' debug logs (they slow every
+	// container operation down several times, so never for a recorded benchmark).
+	if os.Getenv("BREWLET_CONTAINERD_DEBUG") != "" {
+		cfg["debug"] = map[string]any{"level": "debug"}
+	}
 	return toml.Marshal(cfg)
 }
 
