@@ -6,11 +6,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/process"
 	"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/runc"
 	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/pkg/identifiers"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/shim"
 )
@@ -49,8 +49,10 @@ func deletedStop(ctx context.Context, bundle, id string) (shim.StopStatus, bool)
 // configures runc (its root option, else the default, then the namespace); false when the
 // bundle's runtime is not runc or the names could leave that root.
 func runcStateDir(ctx context.Context, bundle, id string) (string, bool) {
+	// Both validated as containerd validates them (letters, digits and . _ -, starting
+	// with a letter or digit): neither can leave runc's root.
 	ns, err := namespaces.NamespaceRequired(ctx)
-	if err != nil || !plainName(ns) || !plainName(id) {
+	if err != nil || identifiers.Validate(id) != nil {
 		return "", false
 	}
 	rt, err := runc.ReadRuntime(bundle)
@@ -69,9 +71,4 @@ func runcStateDir(ctx context.Context, bundle, id string) (string, bool) {
 		root = opts.Root
 	}
 	return filepath.Join(root, ns, id), true
-}
-
-// plainName is a single path element that is neither "." nor "..".
-func plainName(s string) bool {
-	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\x00")
 }

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -218,17 +217,7 @@ func (p *payoff) waitLog(c *payCtr, want string) {
 // layer cache directory).
 func (p *payoff) appMemory(ctrs []*payCtr) (pss, file, shared []int) {
 	for _, c := range ctrs {
-		st, err := p.d.n.Runtime.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: c.cid, Verbose: true})
-		if err != nil {
-			p.t.Fatal(err)
-		}
-		var info struct {
-			Pid int `json:"pid"`
-		}
-		if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil || info.Pid == 0 {
-			p.t.Fatalf("container %s: no pid in status info (%v)", c.cid, err)
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", info.Pid))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", containerPID(p.t, p.d.n, c.cid)))
 		if err != nil {
 			p.t.Fatal(err)
 		}
