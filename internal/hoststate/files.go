@@ -3,6 +3,7 @@ package hoststate
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -15,12 +16,15 @@ const maxStateFile = 1 << 20
 const stateFileMode = 0o644
 
 // writeJSON replaces a state file atomically.
-func writeJSON(path string, v any) error {
+func writeJSON(path string, v any) error { return writeJSONAs(path, v, durable) }
+
+// writeJSONAs replaces a state file atomically, synced when d is durable.
+func writeJSONAs(path string, v any, d durability) error {
 	b, err := marshalState(v)
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(path, b, stateFileMode)
+	return replaceAtomic(path, b, stateFileMode, d)
 }
 
 // marshalState is the on-disk form of every JSON state file.
@@ -30,9 +34,14 @@ func marshalState(v any) ([]byte, error) {
 }
 
 // WriteFileAtomic replaces a file (temporary file, fsync, rename), so a reader sees the old
-// or the new content, never a torn one. Every host file Brewlet writes goes through it.
+// or the new content, never a torn one. Every host file Brewlet writes goes through it but
+// the leases, which skip the fsync (writeJSONAs).
 func WriteFileAtomic(path string, b []byte, mode os.FileMode) error {
-	tmp, err := writeTemp(path, b, mode)
+	return replaceAtomic(path, b, mode, durable)
+}
+
+func replaceAtomic(path string, b []byte, mode os.FileMode, d durability) error {
+	tmp, err := writeTemp(path, b, mode, d)
 	if err != nil {
 		return err
 	}
@@ -40,11 +49,21 @@ func WriteFileAtomic(path string, b []byte, mode os.FileMode) error {
 	return os.Rename(tmp, path)
 }
 
-// writeTemp writes b, synced, to a new temporary file beside path (".tmp-<name>-*", which
-// readers of a directory skip) and returns its name; renaming it over path is the atomic
-// replace. It is split from WriteFileAtomic so a writer can do the slow part (the fsync)
-// before taking a lock and only the rename under it.
-func writeTemp(path string, b []byte, mode os.FileMode) (string, error) {
+// durability says whether a state file must survive a crash of the machine. Within one boot
+// the rename alone makes a replace atomic (readers see the page cache, never a torn file);
+// the fsync only matters for what is still read after a reboot.
+type durability bool
+
+const (
+	durable  durability = true
+	bootOnly durability = false // leases: docs/provisioner.md, "Leases across a reboot"
+)
+
+// writeTemp writes b to a new temporary file beside path (".tmp-<name>-*", which readers
+// of a directory skip), synced when d is durable, and returns its name; renaming it over
+// path is the atomic replace. It is split from WriteFileAtomic so a writer can do the
+// slow part before taking a lock and only the rename under it.
+func writeTemp(path string, b []byte, mode os.FileMode, d durability) (string, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return "", err
 	}
@@ -57,7 +76,7 @@ func writeTemp(path string, b []byte, mode os.FileMode) (string, error) {
 	if err == nil {
 		_, err = f.Write(b)
 	}
-	if err == nil {
+	if err == nil && d == durable {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -102,13 +121,32 @@ func readJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
+	return decodeState(f, fi, path, v)
+}
+
+// decodeState decodes the state file f (stat fi, named path) into v.
+func decodeState(f *os.File, fi os.FileInfo, path string, v any) error {
 	if fi.Size() > maxStateFile {
 		return fmt.Errorf("%s is %d bytes; state files are at most %d", path, fi.Size(), maxStateFile)
 	}
-	dec := json.NewDecoder(f)
+	dec := json.NewDecoder(io.LimitReader(f, maxStateFile))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
+}
+
+// readBounded reads a file of at most limit bytes (procfs files report no size).
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err == nil && int64(len(b)) > limit {
+		err = fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	return b, err
 }

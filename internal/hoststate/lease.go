@@ -47,8 +47,11 @@ func (l LeaseStore) withLock(id string, how int, fn func() error) error {
 // LeaseCurrent resolves the current generation of lease.ID and records the lease, atomically
 // with respect to garbage collection. It returns the leased generation's metadata.
 //
+// A lease is not synced: it only means something while its container runs, and no
+// container outlives the boot (RemoveTornLeases handles what a crash leaves).
+//
 // The lock is held only for the decision and its publication: reading current and renaming
-// the lease into place. Writing and syncing the lease (for the generation current was a
+// the lease into place. Writing the lease (for the generation current was a
 // moment before) happens before the lock, and the generation's metadata is read after it,
 // when the published lease already keeps that generation from garbage collection. If
 // current moved in between, the lease is written again under the lock, as it always was.
@@ -70,7 +73,7 @@ func (l LeaseStore) LeaseCurrent(lease Lease) (Generation, error) {
 	if gerr == nil {
 		lease.Epoch, lease.Generation = guess.Epoch, guess.Generation
 		if b, err := marshalState(lease); err == nil {
-			if tmp, err = writeTemp(file, b, stateFileMode); err != nil {
+			if tmp, err = writeTemp(file, b, stateFileMode, bootOnly); err != nil {
 				tmp = ""
 			}
 		}
@@ -89,7 +92,7 @@ func (l LeaseStore) LeaseCurrent(lease Lease) (Generation, error) {
 			return os.Rename(tmp, file)
 		}
 		lease.Epoch, lease.Generation = r.Epoch, r.Generation
-		return writeJSON(file, lease)
+		return writeJSONAs(file, lease, bootOnly)
 	})
 	if err != nil {
 		return g, err

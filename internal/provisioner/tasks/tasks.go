@@ -272,6 +272,8 @@ type Reporter struct {
 	Grace time.Duration
 	// MayWrite is asked before each lease release (nil: always the node's writer).
 	MayWrite func() error
+	// BootTime is when the machine booted (nil: hoststate.BootTime).
+	BootTime func() (time.Time, error)
 	Log      func(format string, args ...any)
 }
 
@@ -284,6 +286,9 @@ func (a Reporter) logf(format string, args ...any) {
 // Report releases the leases of containers containerd no longer has (as the node's writer
 // only), and returns the tasks to report and whether the report is complete.
 func (a Reporter) Report(ctx context.Context) ([]brewletv1.NodeTask, bool) {
+	if a.MayWrite == nil || a.MayWrite() == nil {
+		a.removeTornLeases() // before reading the leases, so this pass can account for all
+	}
 	o := observeTasks(ctx, a.Source, a.Layout)
 	if o.leasesErr != nil {
 		a.logf("node report incomplete: %v", o.leasesErr)
@@ -328,4 +333,24 @@ func (a Reporter) Report(ctx context.Context) ([]brewletv1.NodeTask, bool) {
 			PodUID: types.UID(l.PodUID), ContainerName: l.ContainerName, ID: l.ID, Epoch: types.UID(l.Epoch), Generation: l.Generation})
 	}
 	return tasks, d.complete
+}
+
+// removeTornLeases removes the lease files an earlier boot's crash left unreadable (leases are
+// not synced; hoststate.RemoveTornLeases). Until they go, the leases cannot be accounted for:
+// garbage collection keeps everything and the report stays incomplete.
+func (a Reporter) removeTornLeases() {
+	boot := a.BootTime
+	if boot == nil {
+		boot = hoststate.BootTime
+	}
+	bt, err := boot()
+	if err != nil {
+		a.logf("remove torn lease files: the machine's boot time: %v", err)
+		return
+	}
+	if n, err := a.Layout.RemoveTornLeases(bt); err != nil {
+		a.logf("remove torn lease files: %v", err)
+	} else if n > 0 {
+		a.logf("removed %d lease file(s) left unreadable by a crash before this boot (%s)", n, bt.Format(time.RFC3339))
+	}
 }

@@ -242,3 +242,44 @@ func TestNoTaskSourceIsIncomplete(t *testing.T) {
 		t.Fatalf("complete %v tasks %+v", complete, tasks)
 	}
 }
+
+// TestReportRemovesLeasesTornByACrash: a lease file a crash left empty (leases are not
+// synced) is removed by the node's writer in the same pass that reports, once it predates
+// the boot; then the report is complete. A non-writer leaves it, and reports incomplete.
+func TestReportRemovesLeasesTornByACrash(t *testing.T) {
+	host := hoststate.Under(t.TempDir())
+	writeLease(t, host, hoststate.Lease{ContainerID: "live", ID: "python-3.12", PodName: "p-live", CreatedAt: time.Now().UTC()})
+	boot := time.Now().Add(-time.Hour)
+	torn := host.LeaseFile("torn")
+	if err := os.WriteFile(torn, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(torn, boot.Add(-time.Minute), boot.Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	src := &fakeTasks{listed: map[string]State{"live": Live}}
+	a := &Reporter{Layout: host, Source: src, BootTime: func() (time.Time, error) { return boot, nil },
+		MayWrite: func() error { return errors.New("not the writer") }}
+	if _, complete := a.Report(context.Background()); complete {
+		t.Error("complete although a lease is unreadable")
+	}
+	if _, err := os.Stat(torn); err != nil {
+		t.Fatalf("a non-writer removed a lease file: %v", err)
+	}
+	a.BootTime = func() (time.Time, error) { return time.Time{}, errors.New("no /proc") }
+	a.MayWrite = nil
+	if _, complete := a.Report(context.Background()); complete {
+		t.Error("complete although the boot time is unknown and a lease unreadable")
+	}
+	if _, err := os.Stat(torn); err != nil {
+		t.Fatalf("removed without knowing the boot time: %v", err)
+	}
+	a.BootTime = func() (time.Time, error) { return boot, nil }
+	tasks, complete := a.Report(context.Background())
+	if !complete || len(tasks) != 1 || tasks[0].PodName != "p-live" {
+		t.Errorf("complete %v, tasks %+v", complete, tasks)
+	}
+	if _, err := os.Stat(torn); !os.IsNotExist(err) {
+		t.Errorf("torn lease kept: %v", err)
+	}
+}
