@@ -85,7 +85,7 @@ runtimes:
 
 ## bench: shim memory and CRI create+start latency against stock runc, runtime install
 ## against ctr pull, the payoff: N apps as conventional images (shared and drifted bases)
-## against Brewlet, incl. a CVE rotation (BENCH_PODS=10, BENCH_REPS=5, BENCH_APPS=20,
+## against Brewlet, incl. a CVE rotation (BENCH_PODS=10, BENCH_REPS=6, BENCH_APPS=20,
 ## BENCH_BASES=5; writes docs/payoff.svg), the agents' API load (BREWLET_AGENT_NODES=1000)
 ## and the fleet rotation (BREWLET_FLEET_NODES=1000, BREWLET_FLEET_WORKLOADS=500); results
 ## go to docs/benchmarks.md by hand. The shim, install and payoff figures are compared with

@@ -72,6 +72,9 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		return nil, refusal(err)
 	}
 	if spec.Annotations[vocab.CRIContainerType] == vocab.CRIContainerTypeSandbox {
+		// The pod's containers come next: their image checks find containerd's API
+		// connected (containerdconn.go).
+		containerdConns.warm(os.Getenv("GRPC_ADDRESS"))
 		return s.TTRPCTaskService.Create(ctx, r)
 	}
 	defer profileCreate(ctx, r.ID)()
@@ -79,6 +82,11 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	l := layout()
 	started := time.Now()
 	st := newSteps(started)
+	// The image is judged while the node-local steps run (image.go, imageCheck); its
+	// result is awaited before the application layers are validated and before anything
+	// reaches runc.
+	img := startImageCheck(ctx, imageVerdictsDir(l), r.ID)
+	defer img.stop()
 	if err := markBundle(r.Bundle); err != nil {
 		return nil, refusal(err)
 	}
@@ -89,7 +97,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		}
 		_ = os.RemoveAll(l.ContainerDir(r.ID))
 	}
-	if err := s.prepare(ctx, l, r, spec, &leased, st); err != nil {
+	if err := s.prepare(ctx, l, r, spec, img, &leased, st); err != nil {
 		release()
 		l.CountLaunch("refused", string(reasonOrInternal(err)))
 		return nil, refusal(err)
@@ -111,7 +119,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 
 // prepare runs every check, takes the lease, composes the root filesystem and rewrites
 // the spec. Nothing is mounted before every check passed.
-func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.CreateTaskRequest, spec *specs.Spec, leased *bool, steps *steps) error {
+func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.CreateTaskRequest, spec *specs.Spec, img *imageCheck, leased *bool, steps *steps) error {
 	ann := spec.Annotations
 	id := ann[vocab.AnnotationRuntimeImage]
 	if id == "" {
@@ -132,12 +140,8 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 	if err := launch.CheckRuntime(id); err != nil {
 		return err
 	}
+	img.judge(launch, launchSum)
 	steps.mark("launch", time.Now())
-	// The image is judged while the node-local steps run (image.go, imageCheck); its
-	// result is awaited before the application layers are validated and before anything
-	// reaches runc.
-	img := startImageCheck(ctx, imageVerdictsDir(l), r.ID, launch, launchSum)
-	defer img.stop()
 	if err := checkSpec(spec, readHostFacts(cmp.Or(os.Getenv(vocab.EnvDevRoot), "/dev")), cmp.Or(r.Checkpoint, r.ParentCheckpoint)); err != nil {
 		return err
 	}
@@ -352,6 +356,10 @@ func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 		if rerr := releaseContainer(layout(), bundleOf(r.ID), r.ID); rerr != nil {
 			log.G(ctx).WithError(rerr).Warn("brewlet: lease kept after delete; GC keeps its generation")
 		}
+		// A deleted container is usually followed by its replacement in the same pod (a
+		// restart), whose image check then finds containerd's API connected; after the
+		// sandbox's delete the shim exits and the connection with it.
+		containerdConns.warm(os.Getenv("GRPC_ADDRESS"))
 	}
 	return resp, err
 }

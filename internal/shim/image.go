@@ -13,14 +13,10 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"brewlet.sh/brewlet/internal/artifact"
 	"brewlet.sh/brewlet/internal/golden"
 )
-
-// connBuffer is the read and write buffer of the shim's connection to containerd.
-const connBuffer = 4 << 10
 
 // maxBlob bounds the manifest, index and config blobs read at container create.
 const maxBlob = 4 << 20
@@ -34,6 +30,41 @@ const maxBlob = 4 << 20
 // content store) is remembered per node in cacheDir (imagecache.go): a create whose image
 // this shim binary already checked against the same launch.json reads no blob.
 func checkImage(ctx context.Context, cacheDir, containerID string, launch *artifact.Launch, launchSum string) error {
+	c := startImageCheck(ctx, cacheDir, containerID)
+	defer c.stop()
+	c.judge(launch, launchSum)
+	return c.wait()
+}
+
+// imageCheck is checkImage running beside the create's node-local steps: its two
+// containerd lookups are the slowest part of the shim's own work (about 4 ms one at a time,
+// tens of ms while containerd starts other containers), and nothing the node-local steps
+// decide depends on them. The lookups start before launch.json is read; the verdict, which
+// needs it, once judge hands it over. Nothing is handed to runc before its result is in.
+type imageCheck struct {
+	cancel context.CancelFunc
+	launch chan imageLaunch // judge's one value
+	done   chan struct{}
+	err    error
+}
+
+type imageLaunch struct {
+	launch *artifact.Launch
+	sum    string
+}
+
+// startImageCheck starts the check's lookups in a goroutine of their own.
+func startImageCheck(ctx context.Context, cacheDir, containerID string) *imageCheck {
+	ctx, cancel := context.WithCancel(ctx)
+	c := &imageCheck{cancel: cancel, launch: make(chan imageLaunch, 1), done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		c.err = c.run(ctx, cacheDir, containerID)
+	}()
+	return c
+}
+
+func (c *imageCheck) run(ctx context.Context, cacheDir, containerID string) error {
 	addr := os.Getenv("GRPC_ADDRESS")
 	if addr == "" {
 		return errors.New("containerd did not give the shim its address (GRPC_ADDRESS); cannot check the image")
@@ -44,10 +75,7 @@ func checkImage(ctx context.Context, cacheDir, containerID string, launch *artif
 	}
 	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(ctx, ns), 10*time.Second)
 	defer cancel()
-	// A handful of calls of a few KiB each: gRPC's default 32 KiB read and write buffers per
-	// connection were the largest item of what a create allocated.
-	conn, err := grpc.NewClient("unix://"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithReadBufferSize(connBuffer), grpc.WithWriteBufferSize(connBuffer))
+	conn, err := containerdConns.take(addr)
 	if err != nil {
 		return err
 	}
@@ -60,15 +88,21 @@ func checkImage(ctx context.Context, cacheDir, containerID string, launch *artif
 	if err != nil {
 		return fmt.Errorf("look up image %s in containerd: %w", image, err)
 	}
+	var l imageLaunch
+	select {
+	case l = <-c.launch:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	key := imageKey{Checks: imageChecksVersion, Shim: exeIdentity(), Platform: imagePlatform,
-		MediaType: mediaType, Target: target, Launch: launchSum}
+		MediaType: mediaType, Target: target, Launch: l.sum}
 	cache := key.Shim != "" && cacheDir != ""
 	if cache {
 		if v, ok := readImageVerdict(cacheDir, key); ok {
 			return v.err()
 		}
 	}
-	err = checkBlobs(ctx, conn, key.MediaType, key.Target, launch)
+	err = checkBlobs(ctx, conn, key.MediaType, key.Target, l.launch)
 	if v, ok := imageVerdictOf(key, err); ok && cache {
 		// The verdict stands whether or not it is remembered: a failed write costs only
 		// another read of the blobs later.
@@ -77,28 +111,13 @@ func checkImage(ctx context.Context, cacheDir, containerID string, launch *artif
 	return err
 }
 
-// imageCheck is checkImage running beside the create's node-local steps: its two
-// containerd lookups are the slowest part of the shim's own work (about 4 ms one at a time,
-// tens of ms while containerd starts other containers), and nothing the node-local steps
-// decide depends on them. Nothing is handed to runc before its result is in.
-type imageCheck struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error
+// judge hands the check the container's launch.json (parsed, and its hash); the verdict
+// waits for it. It is called at most once.
+func (c *imageCheck) judge(launch *artifact.Launch, sum string) {
+	c.launch <- imageLaunch{launch: launch, sum: sum}
 }
 
-// startImageCheck runs checkImage in its own goroutine.
-func startImageCheck(ctx context.Context, cacheDir, containerID string, launch *artifact.Launch, launchSum string) *imageCheck {
-	ctx, cancel := context.WithCancel(ctx)
-	c := &imageCheck{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(c.done)
-		c.err = checkImage(ctx, cacheDir, containerID, launch, launchSum)
-	}()
-	return c
-}
-
-// wait returns the check's result once it is in.
+// wait returns the check's result once it is in; judge must have been called (or stop).
 func (c *imageCheck) wait() error {
 	<-c.done
 	return c.err

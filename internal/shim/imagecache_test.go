@@ -403,7 +403,8 @@ func FuzzParseImageVerdict(f *testing.F) {
 // reports, as when it ran first; abandoning it returns at once.
 func TestImageCheckRefusalComesFirst(t *testing.T) {
 	t.Setenv("GRPC_ADDRESS", "") // checkImage refuses without containerd's address
-	c := startImageCheck(context.Background(), t.TempDir(), "c1", nil, "")
+	c := startImageCheck(context.Background(), t.TempDir(), "c1")
+	c.judge(nil, "")
 	nodeErr := errors.New("the node refused")
 	if err := c.before(nodeErr); err == nil || err == nodeErr || !strings.Contains(err.Error(), "GRPC_ADDRESS") {
 		t.Errorf("before(node refusal) = %v, want the image check's refusal", err)
@@ -411,8 +412,8 @@ func TestImageCheckRefusalComesFirst(t *testing.T) {
 	c.stop()
 
 	t.Setenv("GRPC_ADDRESS", filepath.Join(t.TempDir(), "no-containerd.sock"))
-	c = startImageCheck(context.Background(), t.TempDir(), "c1", nil, "")
-	c.stop() // cancelled: the goroutine is gone when stop returns
+	c = startImageCheck(context.Background(), t.TempDir(), "c1")
+	c.stop() // cancelled, never judged: the goroutine is gone when stop returns
 	select {
 	case <-c.done:
 	default:

@@ -110,7 +110,7 @@ func TestBenchmarksDocRecordsTheGuardedFigures(t *testing.T) {
 		"shim: PSS per pod (KiB)", "shim: create+start, first container", "shim: create+start, warm (median)",
 		"shim: 20 creates at once, p50", "shim: 20 creates at once, p99",
 		"install: cold, against ctr image pull + unpack", "install: rotation to the security update (2 of 3 layers changed)",
-		"payoff: CVE rotation on the node (install or pulls + 20 restarts)", "payoff: restart, create+start on the new runtime (median)",
+		"payoff: CVE rotation on the node (install or pulls + 20 restarts)", "payoff: restart on a settled node, create+start (median)",
 		"payoff: restart, stop+remove, stop (median)", "payoff: restart, stop+remove, remove (median)",
 		"payoff: new app version, pull+create+start (median)", "payoff: 20 creates at once, p50", "payoff: 20 creates at once, p99",
 	} {

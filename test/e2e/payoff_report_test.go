@@ -13,6 +13,9 @@ import (
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 func medianOf(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
 	s := append([]time.Duration{}, ds...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[len(s)/2]
@@ -88,6 +91,12 @@ func payoffTable(p *payoff, ways []*payWay) string {
 	})
 	row("… per restart: create + start on the new runtime (median)", func(w *payWay) (string, float64) {
 		return ms(medianOf(w.rotCreate)), float64(medianOf(w.rotCreate))
+	})
+	row("… restarts created while the one before was still starting", func(w *payWay) (string, float64) {
+		return fmt.Sprintf("%d of %d", w.rotOverlap, len(w.rotCreate)-1), float64(w.rotOverlap)
+	})
+	row("restart on a settled node: create + start (median)", func(w *payWay) (string, float64) {
+		return ms(medianOf(w.setCreate)), float64(medianOf(w.setCreate))
 	})
 	return s.String()
 }

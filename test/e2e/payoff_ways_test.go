@@ -51,8 +51,10 @@ type payWay struct {
 	rotFetch        time.Duration   // of which pulls (conventional) or the install (Brewlet)
 	rotStopOnly     []time.Duration // per restart: CRI StopContainer of the old container
 	rotRemove       []time.Duration // per restart: CRI RemoveContainer of it
-	rotIDs          []string        // the restarted containers
 	rotCreate       []time.Duration // per restart: create + start of the new one
+	rotOverlap      int             // restarts created while the one before still started
+	setIDs          []string        // the restarts on a settled node (after the rotation)
+	setCreate       []time.Duration // their create + start
 	rotImages       int             // images rebuilt and pushed
 	rotDigests      int             // workload image digests changed
 }
