@@ -136,17 +136,3 @@ func decodeState(f *os.File, fi os.FileInfo, path string, v any) error {
 	}
 	return nil
 }
-
-// readBounded reads a file of at most limit bytes (procfs files report no size).
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err == nil && int64(len(b)) > limit {
-		err = fmt.Errorf("%s is larger than %d bytes", path, limit)
-	}
-	return b, err
-}

@@ -125,11 +125,7 @@ func (l LeaseStore) ReleaseLease(containerID string) error {
 // error come the leases that were readable (the node report keeps them). A lease removed
 // between listing and reading (its container was released meanwhile) is simply gone.
 func (l LeaseStore) Leases() ([]Lease, error) {
-	dir := filepath.Join(l.State, "leases")
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	dir, ents, err := l.leaseEntries()
 	if err != nil {
 		return nil, err
 	}
@@ -209,11 +205,7 @@ const StaleLeaseTempAge = 10 * time.Minute
 // RemoveStaleLeaseTemps removes the lease directory's temporary files last changed before
 // cutoff (readers skip them; nothing else would remove them) and returns how many went.
 func (l LeaseStore) RemoveStaleLeaseTemps(cutoff time.Time) (int, error) {
-	dir := filepath.Join(l.State, "leases")
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
-	}
+	dir, ents, err := l.leaseEntries()
 	if err != nil {
 		return 0, err
 	}
@@ -235,4 +227,14 @@ func (l LeaseStore) RemoveStaleLeaseTemps(cutoff time.Time) (int, error) {
 		}
 	}
 	return removed, errs
+}
+
+// leaseEntries lists the lease directory (nothing when it does not exist yet).
+func (l LeaseStore) leaseEntries() (string, []os.DirEntry, error) {
+	dir := filepath.Join(l.State, "leases")
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return dir, nil, nil
+	}
+	return dir, ents, err
 }

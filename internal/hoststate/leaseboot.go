@@ -1,14 +1,11 @@
 package hoststate
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -25,11 +22,7 @@ import (
 // With each lease goes the container's saved exec state, as a release removes it. It
 // returns how many went.
 func (l LeaseStore) RemoveTornLeases(bootTime time.Time) (int, error) {
-	dir := filepath.Join(l.State, "leases")
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
-	}
+	dir, ents, err := l.leaseEntries()
 	if err != nil {
 		return 0, err
 	}
@@ -75,29 +68,12 @@ func tornBefore(file string, bootTime time.Time) (bool, error) {
 	return decodeState(f, fi, file, &ls) != nil, nil
 }
 
-// BootTime is when the machine booted, by the kernel's own account (/proc/stat's btime).
+// BootTime is when the machine booted, by the kernel's own account: now less the uptime
+// (whole seconds, like /proc/stat's btime).
 func BootTime() (time.Time, error) {
-	b, err := readBounded("/proc/stat", 1<<20)
-	if err != nil {
-		return time.Time{}, err
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return time.Time{}, fmt.Errorf("sysinfo: %w", err)
 	}
-	return parseBootTime(b)
-}
-
-// parseBootTime finds the btime line of /proc/stat.
-func parseBootTime(b []byte) (time.Time, error) {
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() {
-		v, ok := strings.CutPrefix(sc.Text(), "btime ")
-		if !ok {
-			continue
-		}
-		sec, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil || sec <= 0 {
-			return time.Time{}, fmt.Errorf("/proc/stat: btime %q is not a positive number of seconds", v)
-		}
-		return time.Unix(sec, 0), nil
-	}
-	return time.Time{}, errors.New("/proc/stat has no btime line")
+	return time.Now().Add(-time.Duration(si.Uptime) * time.Second), nil
 }
