@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -13,6 +15,7 @@ import (
 	_ "time/tzdata"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -74,7 +77,7 @@ func main() {
 	o.Logger = logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil))
 	ctrl.SetLogger(o.Logger)
 	ctx := ctrl.SetupSignalHandler()
-	mgr, err := operator.New(ctx, ctrl.GetConfigOrDie(), o)
+	mgr, err := operator.New(ctx, direct(ctrl.GetConfigOrDie()), o)
 	if err != nil {
 		o.Logger.Error(err, "start brewlet-operator")
 		os.Exit(1)
@@ -106,6 +109,7 @@ func uninstallMain(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	cfg = direct(cfg)
 	scheme, err := operator.Scheme()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -121,4 +125,11 @@ func uninstallMain(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// direct keeps the API server out of HTTPS_PROXY/HTTP_PROXY (set through the chart's proxy
+// values for registries): in-cluster traffic never leaves through an egress proxy.
+func direct(cfg *rest.Config) *rest.Config {
+	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
+	return cfg
 }

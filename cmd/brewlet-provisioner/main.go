@@ -52,6 +52,11 @@ func main() {
 	})
 	startupTaints := flag.String("startup-taints", vocab.TaintRuntimeNotReady, "comma-separated taint keys a node joining a pool registers with; removed once the node can start Brewlet containers (empty: none)")
 	flag.BoolVar(&o.InsecureRegistries, "insecure-registries", false, "allow plain HTTP to non-loopback registries")
+	flag.Func("registry-ca-file", "a PEM file of authorities trusted for registries besides the system's (repeatable; chart value registry.caBundle)", func(v string) error {
+		o.RegistryCAFiles = append(o.RegistryCAFiles, v)
+		return nil
+	})
+	flag.StringVar(&o.RegistryHostsDir, "registry-hosts-dir", "", "the node's containerd registry configuration directory (CRI's registry config_path, e.g. /etc/containerd/certs.d); empty: none")
 	flag.Parse()
 	for _, k := range strings.Split(*startupTaints, ",") {
 		if k = strings.TrimSpace(k); k != "" {

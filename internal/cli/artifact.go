@@ -126,8 +126,12 @@ func (o *pushOpts) run(cmd *cobra.Command, refStr string) error {
 		}
 		imgs, plats = append(imgs, img), append(plats, p)
 	}
+	opts, err := registryOptions(cmd, o.insecure)
+	if err != nil {
+		return err
+	}
 	ch, wait := progress(cmd.ErrOrStderr(), "pushing")
-	opts := registry.Options(cmd.Context(), o.insecure, remote.WithProgress(ch))
+	opts = append(opts, remote.WithProgress(ch))
 	var digest v1.Hash
 	if len(imgs) == 1 {
 		err = remote.Write(ref, imgs[0], opts...)
@@ -143,7 +147,7 @@ func (o *pushOpts) run(cmd *cobra.Command, refStr string) error {
 	}
 	wait()
 	if err != nil {
-		return fmt.Errorf("push %s: %w", ref, err)
+		return registry.CLIHints.Classify(fmt.Errorf("push %s: %w", ref, err), ref.Context().RegistryStr())
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%s@%s\n", ref.Context().Name(), digest)
 	return nil
@@ -155,9 +159,13 @@ func fetchImages(cmd *cobra.Command, refStr string, insecure bool) ([]v1.Image, 
 	if err != nil {
 		return nil, err
 	}
-	desc, err := remote.Get(ref, registry.Options(cmd.Context(), insecure)...)
+	opts, err := registryOptions(cmd, insecure)
 	if err != nil {
-		return nil, fmt.Errorf("fetch %s: %w", ref, err)
+		return nil, err
+	}
+	desc, err := remote.Get(ref, opts...)
+	if err != nil {
+		return nil, registry.CLIHints.Classify(fmt.Errorf("fetch %s: %w", ref, err), ref.Context().RegistryStr())
 	}
 	if !desc.MediaType.IsIndex() {
 		img, err := desc.Image()

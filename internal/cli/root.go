@@ -11,8 +11,10 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/spf13/cobra"
 
+	"brewlet.sh/brewlet/internal/registry"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -48,6 +50,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	root.PersistentFlags().StringArray("ca-file", nil, "a PEM file of authorities trusted for registries besides the system's (repeatable)")
 	root.AddCommand(newPushCmd(), newInspectCmd(), newVerifyCmd(), newRuntimeCmd(), newStatusCmd())
 	return root
 }
@@ -79,4 +82,14 @@ func stdinOrFile(p string) ([]byte, error) {
 		return io.ReadAll(io.LimitReader(os.Stdin, 1<<20))
 	}
 	return os.ReadFile(p)
+}
+
+// registryOptions are the registry client options of a command: the plain-HTTP policy, the
+// authorities of --ca-file and the Docker config's credentials (helpers included).
+func registryOptions(cmd *cobra.Command, insecure bool, extra ...remote.Option) ([]remote.Option, error) {
+	caFiles, err := cmd.Flags().GetStringArray("ca-file")
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return registry.ClientOptions(cmd.Context(), insecure, caFiles, extra...)
 }

@@ -113,11 +113,16 @@ func (o *runtimeBuildOpts) run(cmd *cobra.Command, refStr string) error {
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return err
 	}
+	opts, err := registryOptions(cmd, o.insecure)
+	if err != nil {
+		return err
+	}
 	ch, wait := progress(cmd.ErrOrStderr(), "pushing")
-	err = remote.Write(ref, img, registry.Options(cmd.Context(), o.insecure, remote.WithProgress(ch))...)
+	opts = append(opts, remote.WithProgress(ch))
+	err = remote.Write(ref, img, opts...)
 	wait()
 	if err != nil {
-		return fmt.Errorf("push %s: %w", ref, err)
+		return registry.CLIHints.Classify(fmt.Errorf("push %s: %w", ref, err), ref.Context().RegistryStr())
 	}
 	d, err := img.Digest()
 	if err != nil {

@@ -4,6 +4,7 @@
 package images
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -51,6 +52,7 @@ var DefaultPlatforms = []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: 
 // Builder compiles components in ModuleDir.
 type Builder struct {
 	ModuleDir string
+	CADir     string       // the authorities put in the images' bundle ("": DebianCADir)
 	Version   string       // stamped into the image label org.opencontainers.image.version
 	Progress  func(string) // one line per step (nil: silent)
 }
@@ -90,6 +92,13 @@ func (b Builder) image(ctx context.Context, c Component, p v1.Platform) (v1.Imag
 	}
 	etc := filepath.Join(root, "etc")
 	if err := writeAccounts(etc); err != nil {
+		return nil, err
+	}
+	bundle, err := CABundle(cmp.Or(b.CADir, DebianCADir))
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFile(filepath.Join(root, CABundlePath), bundle); err != nil {
 		return nil, err
 	}
 	etcTar, err := artifact.TreeTar(etc, "etc")
@@ -158,6 +167,13 @@ func writeAccounts(dir string) error {
 		}
 	}
 	return nil
+}
+
+func writeFile(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }
 
 func (b Builder) progress(s string) {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"net/url"
+	"path/filepath"
 	"runtime"
 	"time"
 
@@ -29,6 +31,7 @@ import (
 	"brewlet.sh/brewlet/internal/provisioner/metrics"
 	"brewlet.sh/brewlet/internal/provisioner/tasks"
 	"brewlet.sh/brewlet/internal/provisioner/writer"
+	"brewlet.sh/brewlet/internal/registry"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -44,6 +47,8 @@ type Options struct {
 	ContainerdSocket, ContainerdRestartCommand string
 	ShimSource, ShimDir                        string
 	InsecureRegistries                         bool
+	RegistryCAFiles                            []string      // authorities trusted besides the system's
+	RegistryHostsDir                           string        // the node's containerd certs.d ("" none)
 	GCGrace                                    time.Duration // provisioner.gc.grace
 	MountInfo                                  string        // the host's mount table
 	MetricsAddress                             string        // "" disables /metrics
@@ -87,6 +92,9 @@ func Main(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	// The API server is never reached through HTTPS_PROXY/HTTP_PROXY (chart value proxy.*,
+	// meant for registries): in-cluster traffic does not leave through an egress proxy.
+	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
 	c, err := client.NewWithWatch(cfg, client.Options{Scheme: Scheme()})
 	if err != nil {
 		return err
@@ -95,13 +103,19 @@ func Main(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	trust, err := registry.LoadTrust(o.RegistryCAFiles)
+	if err != nil {
+		return fmt.Errorf("--registry-ca-file (chart value registry.caBundle): %w", err)
+	}
 	layout := hoststate.DefaultLayout
 	if o.HostPrefix != "" {
 		layout = hoststate.Under(o.HostPrefix)
 	}
+	checkRegistryHostsDir(o)
 	a := &agent.Agent{Client: c, NodeName: o.NodeName, PodUID: types.UID(o.PodUID), Layout: layout, AuthTTL: o.AuthTTL, Period: o.Period,
-		Installer: &install.Installer{Layout: layout, Insecure: o.InsecureRegistries, Mirrors: o.Mirrors,
-			Platform: v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}},
+		Installer: &install.Installer{Layout: layout, Insecure: o.InsecureRegistries, Mirrors: o.Mirrors, Trust: trust,
+			NodeHosts: registry.NodeHosts{Dir: o.RegistryHostsDir},
+			Platform:  v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}},
 		Collector: &gc.Collector{Layout: layout, Grace: o.GCGrace, MountInfo: o.MountInfo},
 		Tasks:     &tasks.Containerd{Socket: o.ContainerdSocket},
 		HostSetup: &containerd.HostChanges{Layout: layout, Containerd: o.containerd(), ShimSource: o.ShimSource, ShimDir: o.ShimDir},
@@ -158,4 +172,20 @@ func (o Options) containerd() *containerd.Handler {
 			return nil
 		},
 		Health: containerd.HandlerHealth(o.ContainerdSocket)}
+}
+
+// checkRegistryHostsDir says at start when the agent's registry host directory is not the one
+// the node's containerd reads: runtime images would then not come through the node's
+// mirrors and authorities. The agent goes on with what it was given (the administrator's
+// explicit value); the log names the value to set.
+func checkRegistryHostsDir(o Options) {
+	node, err := o.containerd().RegistryConfigPath()
+	switch {
+	case err != nil:
+		log.Printf("registry hosts: containerd's registry config_path not read (%v); runtime images use %q", err, o.RegistryHostsDir)
+	case node != "" && filepath.Clean(node) != filepath.Clean(o.RegistryHostsDir):
+		log.Printf("registry hosts: the node's containerd reads registry hosts from %s, the agent from %q: runtime images do not follow the node's registry configuration; set provisioner.registry.hostsDir=%s", node, o.RegistryHostsDir, node)
+	case node == "" && o.RegistryHostsDir != "":
+		log.Printf("registry hosts: the node's containerd names no registry config_path; runtime images still follow %s where it configures a registry", o.RegistryHostsDir)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -69,6 +70,25 @@ func Digest(s string, insecure bool) (name.Digest, error) {
 func Options(ctx context.Context, insecure bool, extra ...remote.Option) []remote.Option {
 	return append([]remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain),
 		remote.WithTransport(RequireTLS(remote.DefaultTransport, insecure))}, extra...)
+}
+
+// ClientOptions are Options for a client that trusts the PEM files caFiles besides the
+// system's authorities (the CLI's --ca-file).
+func ClientOptions(ctx context.Context, insecure bool, caFiles []string, extra ...remote.Option) ([]remote.Option, error) {
+	if len(caFiles) == 0 {
+		return Options(ctx, insecure, extra...), nil
+	}
+	trust, err := LoadTrust(caFiles)
+	if err != nil {
+		return nil, err
+	}
+	base, ok := remote.DefaultTransport.(*http.Transport)
+	if !ok {
+		return nil, fmt.Errorf("the registry client's default transport is a %T, not an *http.Transport", remote.DefaultTransport)
+	}
+	t := base.Clone()
+	t.TLSClientConfig = trust.TLSConfig()
+	return Options(ctx, insecure, append([]remote.Option{remote.WithTransport(RequireTLS(t, insecure))}, extra...)...), nil
 }
 
 // ParsePlatform parses os/arch[/variant].

@@ -2,12 +2,18 @@ package registry
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
+
+	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"golang.org/x/net/http/httpproxy"
 )
 
 // Timeouts bound every phase of a registry call, so a registry or mirror that accepts a
@@ -46,11 +52,18 @@ func (t Timeouts) withDefaults() Timeouts {
 }
 
 // Transport is an HTTP transport with every timeout of t set, whose response bodies fail
-// with a *StallError when no byte arrives for t.Stall.
-func Transport(t Timeouts) http.RoundTripper {
+// with a *StallError when no byte arrives for t.Stall. It trusts the system's authorities.
+func Transport(t Timeouts) http.RoundTripper { return TransportTLS(t, nil) }
+
+// TransportTLS is Transport with a TLS client configuration of the caller's (nil: Go's
+// default, the system's authorities).
+func TransportTLS(t Timeouts, tlsConfig *tls.Config) http.RoundTripper {
 	t = t.withDefaults()
 	base := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
+		TLSClientConfig: tlsConfig,
+		// Read when the transport is made (http.ProxyFromEnvironment reads the environment
+		// once per process): HTTPS_PROXY, HTTP_PROXY, NO_PROXY; loopback is never proxied.
+		Proxy:                 proxyFunc(httpproxy.FromEnvironment().ProxyFunc()),
 		DialContext:           (&net.Dialer{Timeout: t.Dial, KeepAlive: 30 * time.Second}).DialContext,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          100,
@@ -61,6 +74,10 @@ func Transport(t Timeouts) http.RoundTripper {
 		ExpectContinueTimeout: time.Second,
 	}
 	return &stallTransport{base: base, stall: t.Stall}
+}
+
+func proxyFunc(f func(*url.URL) (*url.URL, error)) func(*http.Request) (*url.URL, error) {
+	return func(r *http.Request) (*url.URL, error) { return f(r.URL) }
 }
 
 // StallError is a response body that stopped moving.
@@ -136,32 +153,46 @@ func (b *stallBody) Close() error {
 	return err
 }
 
-// PlainHTTPError is a plain-HTTP request the policy does not allow.
+// PlainHTTPError is a registry that answered TLS with plain HTTP where the policy allows
+// only TLS.
 type PlainHTTPError struct{ Host string }
 
 func (e *PlainHTTPError) Error() string {
-	return fmt.Sprintf("plain HTTP to registry %s refused: only loopback registries are reached without TLS unless insecure registries are allowed (brewlet-provisioner --insecure-registries, chart value provisioner.registry.insecure)", e.Host)
+	return fmt.Sprintf("registry %s answered with plain HTTP and plain HTTP is refused: only loopback registries are reached without TLS unless insecure registries are allowed (brewlet-provisioner --insecure-registries, chart value provisioner.registry.insecure)", e.Host)
 }
 
-// RequireTLS refuses plain-HTTP requests to registries that are not on loopback, unless
-// insecure. go-containerregistry reaches registries on private (RFC 1918) addresses over
-// plain HTTP by itself, whatever the reference's options say; this makes the policy of
-// Reference hold for every request, redirects included.
+// RequireTLS sends every request over TLS, whatever scheme the registry client chose:
+// go-containerregistry picks plain HTTP by itself for loopback, private (RFC 1918) and
+// .local registries, which would make a TLS registry at a private address unreachable and
+// send requests in the clear. Only a loopback registry, or any when insecure, may then be
+// reached over plain HTTP, and only after it answered TLS with plain HTTP (containerd's
+// own fallback, remembered per host). Redirects go through here too.
 func RequireTLS(base http.RoundTripper, insecure bool) http.RoundTripper {
-	if insecure {
-		return base
-	}
-	return tlsOnly{base: base}
+	return &tlsFirst{base: base, insecure: insecure}
 }
 
-type tlsOnly struct{ base http.RoundTripper }
+type tlsFirst struct {
+	base     http.RoundTripper
+	insecure bool
+	fallback sync.Map // host -> http.RoundTripper (containerd's https-then-http fallback)
+}
 
-func (t tlsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme != "https" && !IsLoopback(req.URL.Host) {
-		if req.Body != nil {
-			_ = req.Body.Close()
-		}
+func (t *tlsFirst) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "http" {
+		return t.base.RoundTrip(req)
+	}
+	u := *req.URL
+	u.Scheme = "https"
+	r := req.Clone(req.Context())
+	r.URL = &u
+	if t.insecure || IsLoopback(req.URL.Host) {
+		f, _ := t.fallback.LoadOrStore(req.URL.Host, docker.NewHTTPFallback(t.base))
+		return f.(http.RoundTripper).RoundTrip(r)
+	}
+	resp, err := t.base.RoundTrip(r)
+	var rh tls.RecordHeaderError
+	if errors.As(err, &rh) && string(rh.RecordHeader[:]) == "HTTP/" {
 		return nil, &PlainHTTPError{Host: req.URL.Host}
 	}
-	return t.base.RoundTrip(req)
+	return resp, err
 }

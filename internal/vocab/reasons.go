@@ -89,6 +89,13 @@ const (
 	ReasonPlatformUnavailable    Reason = "PlatformUnavailable"
 	ReasonDigestMismatch         Reason = "DigestMismatch"
 	ReasonRuntimeImagePullFailed Reason = "RuntimeImagePullFailed"
+	// RegistryCertificateInvalid: a registry or mirror presented a certificate the node does
+	// not trust (an unknown authority, expired or not yet valid, issued for another host
+	// name). Not a verdict on the content: the install is tried again later.
+	ReasonRegistryCertificateInvalid Reason = "RegistryCertificateInvalid"
+	// RegistryCredentialsRefused: a registry or mirror answered 401 or 403 (no credentials
+	// for it, or ones it refused). Not a verdict on the content either.
+	ReasonRegistryCredentialsRefused Reason = "RegistryCredentialsRefused"
 
 	// Node integration (provisioner).
 	ReasonContainerdConfigFailed Reason = "ContainerdConfigFailed"

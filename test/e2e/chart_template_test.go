@@ -125,11 +125,18 @@ func chartTemplateDefaults(t *testing.T) {
 	for flag, v := range map[string]string{"--authorization-ttl": "5m", "--gc-grace": "1h", "--containerd-restart": "validated",
 		"--containerd-config": "/etc/containerd/config.toml", "--containerd-socket": "/run/containerd/containerd.sock",
 		"--containerd-binary": "containerd", "--containerd-restart-command": "systemctl restart containerd",
-		"--shim-dir": "/host/usr/local/bin", "--host-root": "/host"} {
+		"--shim-dir": "/host/usr/local/bin", "--host-root": "/host", "--registry-hosts-dir": "/etc/containerd/certs.d"} {
 		chartWantArg(t, pc, flag, v)
 	}
-	for _, f := range []string{"--registry-mirror", "--insecure-registries", "--host-prefix"} {
+	for _, f := range []string{"--registry-mirror", "--insecure-registries", "--host-prefix", "--registry-ca-file"} {
 		chartNoArg(t, pc, f)
+	}
+	for _, c := range []corev1.Container{oc, pc} {
+		for _, name := range []string{"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"} {
+			if v, ok := chartEnv(c, name); ok {
+				t.Errorf("container %s: %s=%q without proxy values", c.Name, name, v)
+			}
+		}
 	}
 	// The API server address the kubelet injects, and the pod network.
 	for _, c := range []corev1.Container{oc, pc} {

@@ -66,13 +66,18 @@ func chartTemplateNodeSettings(t *testing.T) {
 		"--set", "provisioner.containerd.configTemplate=/etc/k8s/containerd/config-v3.toml.tmpl",
 		"--set-json", `provisioner.registry.mirrors=[{"registry":"registry.example","mirrors":["m1:5000","m2.example"]}]`,
 		"--set", "provisioner.registry.insecure=true", "--set", "provisioner.registry.credentialsSecret=pull",
+		"--set", "provisioner.registry.hostsDir=/etc/registries/certs.d",
+		"--set", "registry.caBundle.configMap=corp-ca", "--set", "registry.caBundle.key=bundle.pem",
+		"--set", "proxy.httpsProxy=http://proxy.corp:3128", "--set-json", `proxy.noProxy=["10.0.0.0/8",".corp"]`,
+		"--set", "apiServer.host=api.corp",
 		"--set-json", `imagePullSecrets=["regcred"]`)...)
 	dep, ds := chartCheckCommon(t, rc, "other-ns")
 	pc := ds.Spec.Template.Spec.Containers[0]
 	for flag, v := range map[string]string{"--host-prefix": "/srv/test", "--gc-grace": "10m", "--authorization-ttl": "90s",
 		"--containerd-restart": "none", "--containerd-config": "/etc/k8s/containerd/config.toml",
 		"--containerd-socket": "/run/k8s/containerd.sock", "--containerd-restart-command": "kill -HUP 1", "--insecure-registries": "",
-		"--containerd-config-template": "/etc/k8s/containerd/config-v3.toml.tmpl"} {
+		"--containerd-config-template": "/etc/k8s/containerd/config-v3.toml.tmpl",
+		"--registry-hosts-dir":         "/etc/registries/certs.d", "--registry-ca-file": "/etc/brewlet/registry-ca/ca.crt"} {
 		chartWantArg(t, pc, flag, v)
 	}
 	chartNoArg(t, pc, "--shim-dir")
@@ -88,9 +93,36 @@ func chartTemplateNodeSettings(t *testing.T) {
 	}
 	hp := chartHostPaths(ds.Spec.Template.Spec)
 	want := map[string]string{"/srv/test/opt/brewlet": "/srv/test/opt/brewlet", "/srv/test/var/lib/brewlet": "/srv/test/var/lib/brewlet",
-		"/srv/test/run/brewlet": "/srv/test/run/brewlet", "/etc/k8s/containerd": "/etc/k8s/containerd", "/run/k8s": "/run/k8s"}
+		"/srv/test/run/brewlet": "/srv/test/run/brewlet", "/etc/k8s/containerd": "/etc/k8s/containerd", "/run/k8s": "/run/k8s",
+		"/etc/registries/certs.d": "/etc/registries/certs.d"}
 	if !reflect.DeepEqual(hp, want) {
 		t.Errorf("host paths %v, want %v", hp, want)
+	}
+	// The registry configuration and the CA bundle are read-only to the agent.
+	for _, m := range pc.VolumeMounts {
+		if (m.MountPath == "/etc/registries/certs.d" || m.MountPath == "/etc/brewlet/registry-ca") && !m.ReadOnly {
+			t.Errorf("%s mounted writable", m.MountPath)
+		}
+	}
+	var caVol *corev1.ConfigMapVolumeSource
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.ConfigMap != nil && v.Name == "registry-ca" {
+			caVol = v.ConfigMap
+		}
+	}
+	if caVol == nil || caVol.Name != "corp-ca" || !reflect.DeepEqual(caVol.Items, []corev1.KeyToPath{{Key: "bundle.pem", Path: "ca.crt"}}) ||
+		!slices.ContainsFunc(pc.VolumeMounts, func(m corev1.VolumeMount) bool {
+			return m.Name == "registry-ca" && m.MountPath == "/etc/brewlet/registry-ca"
+		}) {
+		t.Errorf("registry CA bundle volume %+v", caVol)
+	}
+	// The proxy reaches both components, with the cluster's names and the API server out of it.
+	for _, c := range []corev1.Container{dep.Spec.Template.Spec.Containers[0], pc} {
+		https, _ := chartEnv(c, "HTTPS_PROXY")
+		no, _ := chartEnv(c, "NO_PROXY")
+		if https != "http://proxy.corp:3128" || no != "127.0.0.1,localhost,.svc,.cluster.local,10.0.0.0/8,.corp,api.corp" {
+			t.Errorf("container %s: HTTPS_PROXY %q NO_PROXY %q", c.Name, https, no)
+		}
 	}
 	dockerConfig, _ := chartEnv(pc, "DOCKER_CONFIG")
 	var secretVol *corev1.SecretVolumeSource
@@ -249,6 +281,11 @@ func chartTemplateSchema(t *testing.T) {
 		{chartPools("--set", "operator.rotationRestarts.namespace=apps"), "namespace"},
 		{chartPools("--set-json", `provisioner.startupTaints=["bad key"]`), "/provisioner/startupTaints/0'"},
 		{chartPools("--set-json", `provisioner.startupTaints=["a","a"]`), "/provisioner/startupTaints'"},
+		{chartPools("--set", "registry.caBundle.configMap=ca", "--set", "registry.caBundle.secret=ca"), "/registry/caBundle'"},
+		{chartPools("--set", "registry.caBundle.key="), "/registry/caBundle/key'"},
+		{chartPools("--set", "proxy.httpsProxy=proxy.corp:3128"), "/proxy/httpsProxy'"},
+		{chartPools("--set-json", `proxy.noProxy=["a,b"]`), "/proxy/noProxy/0'"},
+		{chartPools("--set", "provisioner.registry.hostsDir=certs.d"), "/provisioner/registry/hostsDir'"},
 	} {
 		_, out, err := chartTemplate(t, chartNS, c.args...)
 		if err == nil || !strings.Contains(out, "values don't meet the specifications of the schema") || !strings.Contains(out, c.want) {

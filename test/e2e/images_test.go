@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"io"
 	"os/exec"
@@ -111,6 +113,7 @@ func checkComponentImage(t *testing.T, c images.Component, p v1.Platform, img v1
 		t.Fatal(err)
 	}
 	found := map[string]bool{}
+	var bundle []byte
 	for _, l := range layers {
 		rc, err := l.Uncompressed()
 		if err != nil {
@@ -128,8 +131,23 @@ func checkComponentImage(t *testing.T, c images.Component, p v1.Platform, img v1
 			if h.Typeflag == tar.TypeReg && h.Mode&0o111 != 0 && strings.HasPrefix(h.Name, "usr/local/bin/") {
 				found[strings.TrimPrefix(h.Name, "usr/local/bin/")] = true
 			}
+			if h.Name == images.CABundlePath {
+				bundle, err = io.ReadAll(tr)
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 		_ = rc.Close()
+	}
+	// The system authorities (Debian's ca-certificates, as packaged): registries with
+	// public certificates are reached without any configuration.
+	want, err := images.CABundle(images.DebianCADir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pool := x509.NewCertPool(); !bytes.Equal(bundle, want) || !pool.AppendCertsFromPEM(bundle) || len(pool.Subjects()) < 100 { //nolint:staticcheck // counting, not verifying
+		t.Errorf("%s %s/%s: /%s is not the packaged CA bundle (%d bytes, want %d)", c.Name, p.OS, p.Architecture, images.CABundlePath, len(bundle), len(want))
 	}
 	for _, pkg := range c.Packages {
 		if !found[filepath.Base(pkg)] {

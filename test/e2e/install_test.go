@@ -252,8 +252,8 @@ func TestInstallWithRegistryCredentials(t *testing.T) {
 	t.Setenv("HOME", home) // no ~/.docker/config.json of the machine's own
 	t.Setenv("DOCKER_CONFIG", t.TempDir())
 	in := &install.Installer{Layout: hoststate.Under(t.TempDir()), Platform: platform}
-	if _, err := in.Install(context.Background(), req); vocab.ReasonOf(err) != vocab.ReasonRuntimeImagePullFailed {
-		t.Fatalf("install without credentials: %v", err)
+	if _, err := in.Install(context.Background(), req); vocab.ReasonOf(err) != vocab.ReasonRegistryCredentialsRefused || !strings.Contains(err.Error(), reg.Addr) {
+		t.Fatalf("install without credentials: %v; want RegistryCredentialsRefused naming %s", err, reg.Addr)
 	}
 	cfg := t.TempDir()
 	auth := base64.StdEncoding.EncodeToString([]byte("puller:s3cret-pass"))

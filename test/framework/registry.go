@@ -2,6 +2,8 @@ package framework
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,6 +13,9 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"brewlet.sh/brewlet/internal/registry"
+	"brewlet.sh/brewlet/internal/testutil/testca"
 )
 
 // A node's loopback OCI registry (on the machine's end of its link with OwnNetwork),
@@ -21,7 +26,7 @@ func (n *Node) startRegistry(t TB) error {
 	if n.net != nil {
 		host = n.HostAddr()
 	}
-	addr, p, err := startRegistryIn(t, n.Instance, host, "")
+	addr, p, err := startRegistryIn(t, n.Instance, host, "", nil)
 	n.Registry, n.RegistryProc = addr, p
 	return err
 }
@@ -31,40 +36,106 @@ type Registry struct {
 	*Instance
 	Addr string // host:port
 	Proc *Process
+	// With TLS: the registry's own CA (in no system store) and its PEM file.
+	CA     *testca.CA
+	CAFile string
+}
+
+// RegistryOptions shape a standalone registry.
+type RegistryOptions struct {
+	User, Password string // basic credentials required when User is set
+	// TLS serves HTTPS with a certificate for 127.0.0.1 only (not "localhost") issued by a
+	// CA of the registry's own; Leaf, when set, is used instead (expired, other names).
+	TLS  bool
+	Leaf func(ca *testca.CA) (testca.Leaf, error)
 }
 
 // StartRegistry starts a registry of its own, removed when the test ends.
-func StartRegistry(t TB) *Registry { return StartRegistryWith(t, "", "") }
+func StartRegistry(t TB) *Registry { return StartRegistryOpts(t, RegistryOptions{}) }
 
 // StartRegistryWith starts a registry that requires basic credentials when user is set.
 func StartRegistryWith(t TB, user, password string) *Registry {
+	return StartRegistryOpts(t, RegistryOptions{User: user, Password: password})
+}
+
+// StartRegistryOpts starts a registry as o says.
+func StartRegistryOpts(t TB, o RegistryOptions) *Registry {
 	t.Helper()
 	Tool(t, "registry")
 	in := NewInstance(t, "r")
-	auth := ""
-	if user != "" {
-		hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	r := &Registry{Instance: in}
+	extra := ""
+	if o.User != "" {
+		hash, err := bcrypt.GenerateFromPassword([]byte(o.Password), bcrypt.MinCost)
 		if err != nil {
 			t.Fatal(err)
 		}
 		htpasswd := filepath.Join(in.Dir, "htpasswd")
-		if err := os.WriteFile(htpasswd, []byte(user+":"+string(hash)+"\n"), 0o600); err != nil {
+		if err := os.WriteFile(htpasswd, []byte(o.User+":"+string(hash)+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		auth = fmt.Sprintf("auth:\n  htpasswd:\n    realm: brewlet-e2e\n    path: %s\n", htpasswd)
+		extra = fmt.Sprintf("auth:\n  htpasswd:\n    realm: brewlet-e2e\n    path: %s\n", htpasswd)
 	}
-	addr, p, err := startRegistryIn(t, in, "127.0.0.1", auth)
+	var tlsCfg *registryTLS
+	if o.TLS {
+		ca, err := testca.New("brewlet-e2e-registry-ca")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.CA, r.CAFile = ca, filepath.Join(in.Dir, "ca.crt")
+		if err := ca.WriteCA(r.CAFile); err != nil {
+			t.Fatal(err)
+		}
+		leaf := func(ca *testca.CA) (testca.Leaf, error) { return ca.Server("127.0.0.1") }
+		if o.Leaf != nil {
+			leaf = o.Leaf
+		}
+		l, err := leaf(ca)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, key, err := l.Write(in.Dir, "registry")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tlsCfg = &registryTLS{cert: cert, key: key, ca: ca}
+	}
+	addr, p, err := startRegistryIn(t, in, "127.0.0.1", extra, tlsCfg)
 	if err != nil {
 		t.Fatalf("start registry: %v", err)
 	}
-	return &Registry{Instance: in, Addr: addr, Proc: p}
+	r.Addr, r.Proc = addr, p
+	return r
 }
 
-func startRegistryIn(t TB, in *Instance, host, auth string) (string, *Process, error) {
+// Transport reaches the registry: over TLS with its CA trusted when it serves TLS (the
+// registry client would pick plain HTTP for a loopback address by itself).
+func (r *Registry) Transport() http.RoundTripper {
+	if r.CA == nil {
+		return http.DefaultTransport
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(r.CA.Cert)
+	return registry.RequireTLS(&http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}, false)
+}
+
+type registryTLS struct {
+	cert, key string
+	ca        *testca.CA
+}
+
+func startRegistryIn(t TB, in *Instance, host, auth string, tlsCfg *registryTLS) (string, *Process, error) {
 	addr := net.JoinHostPort(host, strconv.Itoa(FreePort(t)))
 	cfg := filepath.Join(in.Dir, "registry.yml")
-	body := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n%s",
-		filepath.Join(in.Dir, "registry"), addr, auth)
+	scheme, client, httpTLS := "http", http.DefaultClient, ""
+	if tlsCfg != nil {
+		scheme = "https"
+		httpTLS = fmt.Sprintf("  tls:\n    certificate: %s\n    key: %s\n", tlsCfg.cert, tlsCfg.key)
+		// Readiness asks over TLS without judging the certificate: tests serve expired ones.
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // readiness only
+	}
+	body := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n%s%s",
+		filepath.Join(in.Dir, "registry"), addr, httpTLS, auth)
 	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		return "", nil, err
 	}
@@ -73,11 +144,11 @@ func startRegistryIn(t TB, in *Instance, host, auth string) (string, *Process, e
 		return "", nil, err
 	}
 	return addr, p, p.WaitReady(60*time.Second, func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v2/", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+addr+"/v2/", nil)
 		if err != nil {
 			return err
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			return err
 		}

@@ -56,3 +56,51 @@ taint), except the cluster autoscaler's startup-taint prefix. The agent checks t
 {{- fail (printf "provisioner.startupTaints: %q is in a domain Kubernetes manages; the agent may remove only startup taints such as brewlet.sh/runtime-not-ready, startup-taint.cluster-autoscaler.kubernetes.io/<name> or a key of your own domain" .) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+brewlet.proxyEnv: the proxy values as the environment Go's HTTP clients read. The API
+server is kept out of the proxy by the components themselves (their Kubernetes clients
+never use it); NO_PROXY still names the cluster's own names for anything else in-cluster.
+*/}}
+{{- define "brewlet.proxyEnv" -}}
+{{- with .Values.proxy }}
+{{- if or .httpsProxy .httpProxy }}
+{{- $no := concat (list "127.0.0.1" "localhost" ".svc" ".cluster.local") .noProxy }}
+{{- with $.Values.apiServer.host }}{{ $no = append $no . }}{{ end }}
+{{- with .httpsProxy }}
+- name: HTTPS_PROXY
+  value: {{ . | quote }}
+{{- end }}
+{{- with .httpProxy }}
+- name: HTTP_PROXY
+  value: {{ . | quote }}
+{{- end }}
+- name: NO_PROXY
+  value: {{ join "," $no | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+brewlet.registryCA: the volume of registry.caBundle (a ConfigMap or a Secret), its key
+mounted as ca.crt.
+*/}}
+{{- define "brewlet.registryCAVolume" -}}
+{{- with .Values.registry.caBundle }}
+{{- if .configMap }}
+- name: registry-ca
+  configMap:
+    name: {{ .configMap }}
+    items:
+    - key: {{ .key }}
+      path: ca.crt
+{{- else if .secret }}
+- name: registry-ca
+  secret:
+    secretName: {{ .secret }}
+    items:
+    - key: {{ .key }}
+      path: ca.crt
+{{- end }}
+{{- end }}
+{{- end -}}

@@ -168,7 +168,7 @@ func installOutcome(err error) string {
 			return "success"
 		}
 		return "failed"
-	case vocab.ReasonRuntimeImagePullFailed:
+	case vocab.ReasonRuntimeImagePullFailed, vocab.ReasonRegistryCertificateInvalid, vocab.ReasonRegistryCredentialsRefused:
 		return "failed"
 	default:
 		return "refused"

@@ -33,6 +33,13 @@ type Installer struct {
 	// by digest and every blob verified, so a mirror can be slow, absent or hostile, and
 	// is then skipped: only the origin's answer is the runtime's.
 	Mirrors map[string][]string
+	// Trust is the authorities registries' certificates are checked against (nil: the
+	// system's).
+	Trust *registry.Trust
+	// NodeHosts is the node's containerd registry configuration (certs.d). Where it
+	// configures a registry, its hosts are the sources, in its order, and Mirrors is not
+	// used for that registry. Its Trust and Timeouts are the Installer's.
+	NodeHosts registry.NodeHosts
 	// Timeouts bound each registry call (zero fields: registry.DefaultTimeouts).
 	Timeouts registry.Timeouts
 	// Deadline bounds one whole install, every source included (0: DefaultDeadline). The
@@ -116,16 +123,15 @@ func (in *Installer) Install(ctx context.Context, req Request) (*Result, error) 
 	for _, name := range collectStale(root, time.Now()) {
 		in.logf("removed %s left in the layer cache by an interrupted install", name)
 	}
-	origin := ref.Context().RegistryStr()
-	sources := append(append([]string{}, in.Mirrors[origin]...), origin)
+	sources, err := in.sources(ctx, req, ref)
+	if err != nil {
+		return nil, err
+	}
 	reserve := deadline / originReserve
 	end, _ := dctx.Deadline()
 	var skipped []string
-	for i, host := range sources {
-		cand, err := registry.Digest(host+"/"+ref.Context().RepositoryStr()+"@"+ref.DigestStr(), in.Insecure)
-		if err != nil {
-			return nil, err
-		}
+	for i, src := range sources {
+		host, cand := src.host, src.ref
 		mirror := i < len(sources)-1
 		sctx, scancel := dctx, context.CancelFunc(func() {})
 		var share time.Duration // a mirror's; the origin runs until the install's deadline
@@ -139,7 +145,8 @@ func (in *Installer) Install(ctx context.Context, req Request) (*Result, error) 
 			}
 			sctx, scancel = context.WithTimeout(dctx, share)
 		}
-		res, err := in.installFrom(sctx, req, cand)
+		res, err := in.installFrom(sctx, req, cand, src.transport)
+		err = registry.Classify(err, host)
 		timedOut := sctx.Err() != nil
 		scancel()
 		if err == nil {
@@ -179,11 +186,8 @@ func sourceShare(left, reserve time.Duration, mirrorsLeft int) time.Duration {
 	return (left - reserve) / time.Duration(mirrorsLeft)
 }
 
-func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Digest) (*Result, error) {
-	in.transportOnce.Do(func() {
-		in.transport = remote.WithTransport(registry.RequireTLS(registry.Transport(in.Timeouts), in.Insecure))
-	})
-	opts := registry.Options(ctx, in.Insecure, append([]remote.Option{in.transport}, in.Remote...)...)
+func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Digest, transport remote.Option) (*Result, error) {
+	opts := registry.Options(ctx, in.Insecure, append([]remote.Option{transport}, in.Remote...)...)
 	var ph phases
 	ph.start()
 	img, platform, err := in.resolve(ref, opts)

@@ -24,6 +24,8 @@ func TestRefused(t *testing.T) {
 		{writer.ErrNotWriter, false},
 		{errors.New("no space left"), false},
 		{fmt.Errorf("install: %w", vocab.Errorf(vocab.ReasonNodeNotReady, "waited 10m0s for the lock")), false},
+		{vocab.Errorf(vocab.ReasonRegistryCertificateInvalid, "unknown authority"), false},
+		{vocab.Errorf(vocab.ReasonRegistryCredentialsRefused, "401"), false},
 		{vocab.Errorf(vocab.ReasonPrivilegedRuntimeFile, "setuid"), true},
 		{fmt.Errorf("layer 2: %w", vocab.Errorf(vocab.ReasonLimitExceeded, "bomb")), true},
 		{vocab.Errorf(vocab.ReasonInvalidRuntimePath, "PATH"), true},

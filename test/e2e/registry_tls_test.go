@@ -1,0 +1,415 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"brewlet.sh/brewlet/internal/hoststate"
+	"brewlet.sh/brewlet/internal/provisioner/install"
+	"brewlet.sh/brewlet/internal/registry"
+	"brewlet.sh/brewlet/internal/testutil/testca"
+	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/framework"
+	"brewlet.sh/brewlet/test/framework/testimage"
+)
+
+// pushTo pushes img to a TLS registry that requires credentials and returns repo@digest.
+func pushTo(t *testing.T, reg *framework.Registry, repo string, img v1.Image, user, password string) string {
+	t.Helper()
+	opts := []remote.Option{remote.WithTransport(reg.Transport())}
+	if user != "" {
+		opts = append(opts, remote.WithAuth(&authn.Basic{Username: user, Password: password}))
+	}
+	ref, err := testimage.Push(img, reg.Addr+"/"+repo+":1", opts...)
+	if err != nil {
+		t.Fatalf("push to %s: %v", reg.Addr, err)
+	}
+	return ref
+}
+
+// withFile is img with one more layer holding a file: another generation of a runtime.
+func withFile(t *testing.T, img v1.Image, name, body string) v1.Image {
+	t.Helper()
+	tarb, err := testimage.LayerTar([]testimage.TarEntry{{Name: name, Mode: 0o644, Body: []byte(body)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tarb)), nil },
+		tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := mutate.AppendLayers(img, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// dockerConfig writes a Docker config file with credentials per registry host and points
+// DOCKER_CONFIG at it for the rest of the test.
+func dockerConfig(t *testing.T, creds map[string][2]string) {
+	t.Helper()
+	var parts []string
+	for host, c := range creds {
+		parts = append(parts, fmt.Sprintf("%q:{%q:%q}", host, "auth", base64.StdEncoding.EncodeToString([]byte(c[0]+":"+c[1]))))
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"auths":{`+strings.Join(parts, ",")+`}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("DOCKER_CONFIG", dir)
+}
+
+// nodeTree lists every path of a node layout with its type and size: what "nothing on the
+// node changed" compares. Lock files are the layout's own and are left out.
+func nodeTree(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if strings.HasSuffix(p, ".lock") {
+			return nil
+		}
+		size := int64(0)
+		if info.Mode().IsRegular() {
+			size = info.Size()
+		}
+		rel, _ := filepath.Rel(root, p)
+		out = append(out, fmt.Sprintf("%s %s %d", rel, info.Mode().Type(), size))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Runtime images come from a registry serving TLS with a CA in no system store and
+// requiring credentials: installed with that CA (the chart's registry.caBundle) and the
+// node's credentials. Every way such a pull can go wrong is refused with a typed reason
+// naming the registry, and leaves the node exactly as it was (generation 1 current, no
+// byte of generation 2): another CA, an expired certificate, a host name the certificate
+// does not carry, credentials for another registry, none at all.
+func TestInstallFromTLSRegistryWithCredentials(t *testing.T) {
+	framework.RequireRoot(t)
+	reg := framework.StartRegistryOpts(t, framework.RegistryOptions{TLS: true, User: "puller", Password: "pull-s3cret"})
+	other := framework.StartRegistryOpts(t, framework.RegistryOptions{TLS: true, User: "other", Password: "other-s3cret"})
+	expired := framework.StartRegistryOpts(t, framework.RegistryOptions{TLS: true, User: "puller", Password: "pull-s3cret",
+		Leaf: func(ca *testca.CA) (testca.Leaf, error) {
+			return ca.Issue(time.Now().Add(-72*time.Hour), time.Now().Add(-time.Hour), x509.ExtKeyUsageServerAuth, "127.0.0.1")
+		}})
+	gen1, gen2 := shellImage(t), withFile(t, shellImage(t), "etc/generation", "2")
+	ref1 := pushTo(t, reg, "runtimes/shell", gen1, "puller", "pull-s3cret")
+	ref2 := pushTo(t, reg, "runtimes/shell", gen2, "puller", "pull-s3cret")
+	_, digest2, _ := strings.Cut(ref2, "@")
+	// The expired registry's copy is pushed while its certificate is ignored.
+	if _, err := testimage.Push(gen2, expired.Addr+"/runtimes/shell:1", remote.WithAuth(&authn.Basic{Username: "puller", Password: "pull-s3cret"}),
+		remote.WithTransport(registry.RequireTLS(insecureTLS(), false))); err != nil {
+		t.Fatal(err)
+	}
+
+	trustFor := func(files ...string) *registry.Trust {
+		tr, err := registry.LoadTrust(files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	root := t.TempDir()
+	layout := hoststate.Under(root)
+	req := install.Request{ID: "shell", Epoch: "5b1c7e2a-9d3f-4c6b-8a1e-2f3d4c5b6a7e", Generation: 1, Image: ref1, UID: 10001, GID: 10001}
+	dockerConfig(t, map[string][2]string{reg.Addr: {"puller", "pull-s3cret"}, expired.Addr: {"puller", "pull-s3cret"}})
+	in := &install.Installer{Layout: layout, Platform: linuxAMD64, Trust: trustFor(reg.CAFile)}
+	if _, err := in.Install(context.Background(), req); err != nil {
+		t.Fatalf("install over TLS with the registry's CA and credentials: %v", err)
+	}
+	before := nodeTree(t, root)
+
+	localhost := "localhost:" + strings.Split(reg.Addr, ":")[1]
+	for _, tc := range []struct {
+		name   string
+		image  string
+		trust  *registry.Trust
+		creds  map[string][2]string
+		reason vocab.Reason
+		says   string
+	}{
+		{"a CA of another registry", ref2, trustFor(other.CAFile), nil, vocab.ReasonRegistryCertificateInvalid, "no trusted authority"},
+		{"the system's authorities only", ref2, nil, nil, vocab.ReasonRegistryCertificateInvalid, "registry.caBundle"},
+		{"an expired certificate", expired.Addr + "/runtimes/shell@" + digest2, trustFor(expired.CAFile), nil, vocab.ReasonRegistryCertificateInvalid, "has expired"},
+		{"a host name the certificate lacks", localhost + "/runtimes/shell@" + digest2, trustFor(reg.CAFile),
+			map[string][2]string{localhost: {"puller", "pull-s3cret"}}, vocab.ReasonRegistryCertificateInvalid, "another host name"},
+		{"credentials for another registry", ref2, trustFor(reg.CAFile), map[string][2]string{other.Addr: {"other", "other-s3cret"}}, vocab.ReasonRegistryCredentialsRefused, "HTTP 401"},
+		{"a wrong password", ref2, trustFor(reg.CAFile), map[string][2]string{reg.Addr: {"puller", "wrong"}}, vocab.ReasonRegistryCredentialsRefused, "HTTP 401"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.creds != nil {
+				dockerConfig(t, tc.creds)
+			}
+			in := &install.Installer{Layout: layout, Platform: linuxAMD64, Trust: tc.trust}
+			r := req
+			r.Generation, r.Image = 2, tc.image
+			_, err := in.Install(context.Background(), r)
+			host := strings.SplitN(tc.image, "/", 2)[0]
+			if vocab.ReasonOf(err) != tc.reason || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), host) {
+				t.Fatalf("got %v\nwant %s saying %q and naming %s", err, tc.reason, tc.says, host)
+			}
+			if install.Refused(err) {
+				t.Errorf("%s counts as a verdict on the content; it must be retried", tc.reason)
+			}
+			if after := nodeTree(t, root); !slices.Equal(before, after) {
+				t.Errorf("the node changed:\nbefore %v\nafter  %v", before, after)
+			}
+			if cur, err := layout.Current("shell"); err != nil || cur.Generation != 1 {
+				t.Errorf("current %+v %v; want generation 1", cur, err)
+			}
+		})
+	}
+}
+
+// insecureTLS skips certificate checks: only for pushing test content to a registry whose
+// certificate is broken on purpose.
+func insecureTLS() http.RoundTripper {
+	return &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // test setup for a broken certificate
+}
+
+// The node's containerd registry configuration decides where runtime images come from, as
+// for the node's own images: a registry whose name does not even resolve is served by the
+// mirrors its hosts.toml lists, each trusted through the CA file hosts.toml names (none is
+// given to the agent itself) and reached with the node's credentials for it. The first
+// mirror serves other bytes under the image's digest: it is skipped (DigestMismatch, before
+// one byte is decompressed) and the next mirror's answer is installed.
+func TestInstallThroughTheNodesRegistryConfiguration(t *testing.T) {
+	framework.RequireRoot(t)
+	honest := framework.StartRegistryOpts(t, framework.RegistryOptions{TLS: true, User: "mirror", Password: "mirror-s3cret"})
+	hostile := framework.StartRegistryOpts(t, framework.RegistryOptions{TLS: true, User: "mirror", Password: "mirror-s3cret"})
+	img := shellImage(t)
+	pushTo(t, honest, "runtimes/shell", img, "mirror", "mirror-s3cret")
+	pushTo(t, hostile, "runtimes/shell", img, "mirror", "mirror-s3cret")
+	layers, _ := img.Layers()
+	dg, _ := layers[0].Digest()
+	size, _ := layers[0].Size()
+	data := filepath.Join(hostile.Dir, "registry/docker/registry/v2/blobs/sha256", dg.Hex[:2], dg.Hex, "data")
+	if err := os.WriteFile(data, bytes.Repeat([]byte{0x1f}, int(size)), 0o644); err != nil {
+		t.Fatalf("swap the hostile mirror's blob: %v", err)
+	}
+	digest, _ := img.Digest()
+
+	const origin = "registry.brewlet.invalid"
+	certs := filepath.Join(t.TempDir(), "certs.d")
+	dir := filepath.Join(certs, origin)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, src := range map[string]string{"hostile-ca.crt": hostile.CAFile, "honest-ca.crt": honest.CAFile} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hosts := fmt.Sprintf(`server = "https://%s"
+
+[host."https://%s"]
+  capabilities = ["pull", "resolve"]
+  ca = "hostile-ca.crt"
+
+[host."https://%s"]
+  capabilities = ["pull", "resolve"]
+  ca = "honest-ca.crt"
+`, origin, hostile.Addr, honest.Addr)
+	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dockerConfig(t, map[string][2]string{honest.Addr: {"mirror", "mirror-s3cret"}, hostile.Addr: {"mirror", "mirror-s3cret"}})
+
+	logs := &logSink{}
+	root := t.TempDir()
+	layout := hoststate.Under(root)
+	in := &install.Installer{Layout: layout, Platform: linuxAMD64, Log: logs.Logf, NodeHosts: registry.NodeHosts{Dir: certs},
+		// The agent's own mirror list for this registry is not used where the node configures it.
+		Mirrors: map[string][]string{origin: {"127.0.0.1:1"}}}
+	req := install.Request{ID: "shell", Epoch: "0d9c8b7a-6f5e-4d3c-2b1a-0f9e8d7c6b5a", Generation: 1, Image: origin + "/runtimes/shell@" + digest.String(), UID: 10001, GID: 10001}
+	res, err := in.Install(context.Background(), req)
+	if err != nil {
+		t.Fatalf("install through the node's hosts.toml: %v\nlog:\n%s", err, logs)
+	}
+	if len(res.Skipped) != 1 || !strings.Contains(res.Skipped[0], hostile.Addr) || !strings.Contains(res.Skipped[0], "DigestMismatch") {
+		t.Fatalf("skipped %q; want only the hostile mirror, refused by digest", res.Skipped)
+	}
+	if !strings.Contains(logs.String(), "are not used") {
+		t.Errorf("the agent's own mirrors being set aside is not logged:\n%s", logs)
+	}
+	if cur, err := layout.Current("shell"); err != nil || cur.Generation != 1 {
+		t.Fatalf("current %+v %v", cur, err)
+	}
+	noTmpLeft(t, layout)
+}
+
+// connectProxy is an HTTPS proxy (CONNECT only) that resolves names itself: a registry named
+// registry.proxy.test exists only through it. It records every CONNECT target.
+type connectProxy struct {
+	addr    string
+	resolve map[string]string // host:port -> dial address
+	mu      sync.Mutex
+	seen    []string
+}
+
+func startConnectProxy(t *testing.T, resolve map[string]string) *connectProxy {
+	t.Helper()
+	p := &connectProxy{resolve: resolve}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		p.seen = append(p.seen, r.Method+" "+r.Host)
+		p.mu.Unlock()
+		to, ok := p.resolve[r.Host]
+		if r.Method != http.MethodConnect || !ok {
+			http.Error(w, "this proxy only tunnels to the test registry", http.StatusForbidden)
+			return
+		}
+		up, err := net.DialTimeout("tcp", to, 5*time.Second)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		conn, buf, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			_ = up.Close()
+			return
+		}
+		_, _ = conn.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n"))
+		go func() { _, _ = io.Copy(up, buf); _ = up.Close() }()
+		go func() { _, _ = io.Copy(conn, up); _ = conn.Close() }()
+	}))
+	t.Cleanup(srv.Close)
+	p.addr = srv.Listener.Addr().String()
+	return p
+}
+
+func (p *connectProxy) connects() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.seen...)
+}
+
+// Runtime images come through the HTTPS proxy the agent is given (HTTPS_PROXY, the chart's
+// proxy values): the registry's name resolves only at the proxy, so nothing but the proxy can
+// carry the pull. NO_PROXY naming the registry sends it direct, where it cannot be reached.
+func TestInstallThroughAProxy(t *testing.T) {
+	framework.RequireRoot(t)
+	const name = "registry.proxy.test"
+	reg := framework.StartRegistryOpts(t, framework.RegistryOptions{TLS: true, User: "puller", Password: "pull-s3cret",
+		Leaf: func(ca *testca.CA) (testca.Leaf, error) { return ca.Server("127.0.0.1", name) }})
+	ref := pushTo(t, reg, "runtimes/shell", shellImage(t), "puller", "pull-s3cret")
+	port := strings.Split(reg.Addr, ":")[1]
+	named := name + ":" + port
+	proxy := startConnectProxy(t, map[string]string{named: reg.Addr})
+	_, digest, _ := strings.Cut(ref, "@")
+	dockerConfig(t, map[string][2]string{named: {"puller", "pull-s3cret"}})
+	trust, err := registry.LoadTrust([]string{reg.CAFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := install.Request{ID: "shell", Epoch: "3e4f5a6b-7c8d-4e9f-a0b1-c2d3e4f5a6b7", Generation: 1, Image: named + "/runtimes/shell@" + digest, UID: 10001, GID: 10001}
+
+	t.Setenv("HTTPS_PROXY", "http://"+proxy.addr)
+	t.Setenv("NO_PROXY", "")
+	layout := hoststate.Under(t.TempDir())
+	in := &install.Installer{Layout: layout, Platform: linuxAMD64, Trust: trust}
+	if _, err := in.Install(context.Background(), req); err != nil {
+		t.Fatalf("install through the proxy: %v (proxy saw %v)", err, proxy.connects())
+	}
+	if seen := proxy.connects(); len(seen) == 0 || !slices.Contains(seen, "CONNECT "+named) {
+		t.Fatalf("the proxy carried %v; want CONNECT %s", seen, named)
+	}
+
+	t.Setenv("NO_PROXY", name)
+	before := len(proxy.connects())
+	direct := &install.Installer{Layout: hoststate.Under(t.TempDir()), Platform: linuxAMD64, Trust: trust,
+		Timeouts: registry.Timeouts{Dial: 5 * time.Second}, Deadline: 30 * time.Second}
+	if _, err := direct.Install(context.Background(), req); vocab.ReasonOf(err) != vocab.ReasonRuntimeImagePullFailed {
+		t.Fatalf("with NO_PROXY=%s: %v; want RuntimeImagePullFailed (the name resolves only at the proxy)", name, err)
+	}
+	if after := proxy.connects(); len(after) != before {
+		t.Fatalf("NO_PROXY names the registry, yet the proxy saw %v", after[before:])
+	}
+}
+
+// The CLI reaches a TLS registry whose CA is in no system store with --ca-file, and takes
+// its credentials from a Docker credential helper named in the Docker config (credHelpers):
+// push, inspect and verify. Without --ca-file the push is refused, naming the certificate.
+func TestCLIOverTLSWithACredentialHelper(t *testing.T) {
+	reg := framework.StartRegistryOpts(t, framework.RegistryOptions{TLS: true, User: "ci", Password: "ci-s3cret"})
+	bin := buildCLI(t)
+	helpers := t.TempDir()
+	// The helper protocol: `get` reads the server URL on stdin and prints the credentials.
+	helper := "#!/bin/sh\n[ \"$1\" = get ] || exit 1\nread server\n[ \"$server\" = \"" + reg.Addr + "\" ] || { echo \"credentials not found in native keychain\"; exit 1; }\n" +
+		"printf '{\"ServerURL\":\"%s\",\"Username\":\"ci\",\"Secret\":\"ci-s3cret\"}' \"$server\"\n"
+	if err := os.WriteFile(filepath.Join(helpers, "docker-credential-brewlet-e2e"), []byte(helper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := t.TempDir()
+	if err := os.WriteFile(filepath.Join(cfg, "config.json"), []byte(`{"credHelpers":{"`+reg.Addr+`":"brewlet-e2e"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DOCKER_CONFIG", cfg)
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("PATH", helpers+":"+os.Getenv("PATH"))
+	src := t.TempDir()
+	writeTree(t, src, map[string]string{"app/main.sh": "echo hello\n"})
+	push := []string{"push", reg.Addr + "/shop/tls:1", "--layer", "app=" + src + ":/app/src", "--entrypoint", "/bin/sh", "--arg", "/app/src/app/main.sh"}
+
+	if _, errOut, code := brewlet(t, bin, push...); code != 1 || !strings.Contains(errOut, "RegistryCertificateInvalid") || !strings.Contains(errOut, "--ca-file") {
+		t.Fatalf("push without --ca-file: exit %d, %s; want a refusal naming the certificate", code, errOut)
+	}
+	out, errOut, code := brewlet(t, bin, append(push, "--ca-file", reg.CAFile)...)
+	if code != 0 {
+		t.Fatalf("push with --ca-file and the credential helper: exit %d: %s", code, errOut)
+	}
+	ref := lastLine(out)
+	for _, cmd := range [][]string{{"inspect", ref}, {"verify", ref}} {
+		if _, errOut, code := brewlet(t, bin, append(cmd, "--ca-file", reg.CAFile)...); code != 0 {
+			t.Fatalf("%s with --ca-file: exit %d: %s", cmd[0], code, errOut)
+		}
+	}
+	// The helper answers only for this registry: another name for it gets no credentials.
+	if err := os.WriteFile(filepath.Join(cfg, "config.json"), []byte(`{"credHelpers":{"registry.elsewhere.example":"brewlet-e2e"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := brewlet(t, bin, "inspect", ref, "--ca-file", reg.CAFile); code != 1 || !strings.Contains(errOut, "RegistryCredentialsRefused") {
+		t.Fatalf("inspect without credentials for the registry: exit %d: %s", code, errOut)
+	}
+}
