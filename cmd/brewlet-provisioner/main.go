@@ -56,6 +56,8 @@ func main() {
 		o.RegistryCAFiles = append(o.RegistryCAFiles, v)
 		return nil
 	})
+	flag.StringVar(&o.CredentialProviderConfig, "image-credential-provider-config", "", "the node's kubelet CredentialProviderConfig (a node path; below --host-root when set); empty: none")
+	flag.StringVar(&o.CredentialProviderBinDir, "image-credential-provider-bin-dir", "", "the node's kubelet credential provider plugin directory (a node path; plugins run chrooted into --host-root when set)")
 	flag.StringVar(&o.RegistryHostsDir, "registry-hosts-dir", "", "the node's containerd registry configuration directory (CRI's registry config_path, e.g. /etc/containerd/certs.d); empty: none")
 	flag.Parse()
 	for _, k := range strings.Split(*startupTaints, ",") {

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -32,6 +33,7 @@ import (
 	"brewlet.sh/brewlet/internal/provisioner/tasks"
 	"brewlet.sh/brewlet/internal/provisioner/writer"
 	"brewlet.sh/brewlet/internal/registry"
+	"brewlet.sh/brewlet/internal/registry/credprovider"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -47,13 +49,16 @@ type Options struct {
 	ContainerdSocket, ContainerdRestartCommand string
 	ShimSource, ShimDir                        string
 	InsecureRegistries                         bool
-	RegistryCAFiles                            []string      // authorities trusted besides the system's
-	RegistryHostsDir                           string        // the node's containerd certs.d ("" none)
-	GCGrace                                    time.Duration // provisioner.gc.grace
-	MountInfo                                  string        // the host's mount table
-	MetricsAddress                             string        // "" disables /metrics
-	Mirrors                                    map[string][]string
-	StartupTaints                              []string // removed once the node can start Brewlet containers
+	RegistryCAFiles                            []string // authorities trusted besides the system's
+	RegistryHostsDir                           string   // the node's containerd certs.d ("" none)
+	// The node's kubelet credential providers (node paths): the CredentialProviderConfig
+	// and the plugins' directory.
+	CredentialProviderConfig, CredentialProviderBinDir string
+	GCGrace                                            time.Duration // provisioner.gc.grace
+	MountInfo                                          string        // the host's mount table
+	MetricsAddress                                     string        // "" disables /metrics
+	Mirrors                                            map[string][]string
+	StartupTaints                                      []string // removed once the node can start Brewlet containers
 }
 
 // Scheme has the types the agent reads and writes.
@@ -112,8 +117,12 @@ func Main(ctx context.Context, o Options) error {
 		layout = hoststate.Under(o.HostPrefix)
 	}
 	checkRegistryHostsDir(o)
+	keychain, err := o.keychain()
+	if err != nil {
+		return err
+	}
 	a := &agent.Agent{Client: c, NodeName: o.NodeName, PodUID: types.UID(o.PodUID), Layout: layout, AuthTTL: o.AuthTTL, Period: o.Period,
-		Installer: &install.Installer{Layout: layout, Insecure: o.InsecureRegistries, Mirrors: o.Mirrors, Trust: trust,
+		Installer: &install.Installer{Layout: layout, Insecure: o.InsecureRegistries, Mirrors: o.Mirrors, Trust: trust, Keychain: keychain,
 			NodeHosts: registry.NodeHosts{Dir: o.RegistryHostsDir},
 			Platform:  v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}},
 		Collector: &gc.Collector{Layout: layout, Grace: o.GCGrace, MountInfo: o.MountInfo},
@@ -188,4 +197,25 @@ func checkRegistryHostsDir(o Options) {
 	case node == "" && o.RegistryHostsDir != "":
 		log.Printf("registry hosts: the node's containerd names no registry config_path; runtime images still follow %s where it configures a registry", o.RegistryHostsDir)
 	}
+}
+
+// keychain is the agent's source of registry credentials: the node's kubelet credential
+// providers, when configured, then the Docker config (a mounted pull Secret). Plugins run
+// as the kubelet runs them: chrooted into the node's root when the agent has it.
+func (o Options) keychain() (*credprovider.Keychain, error) {
+	if o.CredentialProviderConfig == "" {
+		return nil, nil
+	}
+	if o.CredentialProviderBinDir == "" {
+		return nil, errors.New("--image-credential-provider-config needs --image-credential-provider-bin-dir (provisioner.registry.credentialProviders.binDir)")
+	}
+	providers, skipped, err := credprovider.Load(filepath.Join(o.HostRoot, o.CredentialProviderConfig))
+	if err != nil {
+		return nil, fmt.Errorf("--image-credential-provider-config (provisioner.registry.credentialProviders.config): %w", err)
+	}
+	for _, name := range skipped {
+		log.Printf("credential provider %s needs a pod's service account token (tokenAttributes); the agent pulls for no pod and does not use it", name)
+	}
+	return &credprovider.Keychain{Providers: providers, BinDir: o.CredentialProviderBinDir,
+		Command: containerd.HostExec{Root: o.HostRoot}.Command, Fallback: authn.DefaultKeychain}, nil
 }

@@ -146,12 +146,24 @@ var CLIHints = Hints{
 // Classify is NodeHints.Classify.
 func Classify(err error, host string) error { return NodeHints.Classify(err, host) }
 
+// ClassifyFrom is Classify for credentials that came from source (a credential provider),
+// which a refusal then names.
+func ClassifyFrom(err error, host, source string) error {
+	return NodeHints.classify(err, host, source)
+}
+
 // Classify turns what a registry call's error says about the registry's identity or the
 // client's credentials into a typed reason naming the host and what to do; any other error
 // is returned as it is. It is applied outermost, so the reason is the one users see.
-func (h Hints) Classify(err error, host string) error {
+func (h Hints) Classify(err error, host string) error { return h.classify(err, host, "") }
+
+func (h Hints) classify(err error, host, source string) error {
 	if err == nil {
 		return nil
+	}
+	// A credential provider's failure is the cause, however deep the pull wrapped it.
+	if e := vocab.Find(err, vocab.ReasonCredentialProviderFailed); e != nil {
+		return e
 	}
 	var (
 		unknown  x509.UnknownAuthorityError
@@ -176,6 +188,9 @@ func (h Hints) Classify(err error, host string) error {
 	}
 	var te *transport.Error
 	if errors.As(err, &te) && (te.StatusCode == http.StatusUnauthorized || te.StatusCode == http.StatusForbidden) {
+		if source != "" {
+			return vocab.Wrap(vocab.ReasonRegistryCredentialsRefused, err, "registry %s refused the credentials of %s (HTTP %d); check what the provider answers for it", host, source, te.StatusCode)
+		}
 		return vocab.Wrap(vocab.ReasonRegistryCredentialsRefused, err, "registry %s refused the credentials (HTTP %d); "+h.Credentials, host, te.StatusCode, host)
 	}
 	return err

@@ -96,6 +96,9 @@ const (
 	// RegistryCredentialsRefused: a registry or mirror answered 401 or 403 (no credentials
 	// for it, or ones it refused). Not a verdict on the content either.
 	ReasonRegistryCredentialsRefused Reason = "RegistryCredentialsRefused"
+	// CredentialProviderFailed: a kubelet credential provider plugin of the node, asked for a
+	// registry's credentials, failed, timed out or answered something unusable.
+	ReasonCredentialProviderFailed Reason = "CredentialProviderFailed"
 
 	// Node integration (provisioner).
 	ReasonContainerdConfigFailed Reason = "ContainerdConfigFailed"
@@ -157,4 +160,16 @@ func ReasonOf(err error) Reason {
 		return e.Reason
 	}
 	return ""
+}
+
+// Find returns the first refusal with reason r anywhere in err's chain (ReasonOf sees only
+// the outermost), or nil.
+func Find(err error, r Reason) *Error {
+	for err != nil {
+		if e, ok := err.(*Error); ok && e.Reason == r {
+			return e
+		}
+		err = errors.Unwrap(err)
+	}
+	return nil
 }

@@ -128,7 +128,7 @@ func chartTemplateDefaults(t *testing.T) {
 		"--shim-dir": "/host/usr/local/bin", "--host-root": "/host", "--registry-hosts-dir": "/etc/containerd/certs.d"} {
 		chartWantArg(t, pc, flag, v)
 	}
-	for _, f := range []string{"--registry-mirror", "--insecure-registries", "--host-prefix", "--registry-ca-file"} {
+	for _, f := range []string{"--registry-mirror", "--insecure-registries", "--host-prefix", "--registry-ca-file", "--image-credential-provider-config"} {
 		chartNoArg(t, pc, f)
 	}
 	for _, c := range []corev1.Container{oc, pc} {

@@ -67,6 +67,8 @@ func chartTemplateNodeSettings(t *testing.T) {
 		"--set-json", `provisioner.registry.mirrors=[{"registry":"registry.example","mirrors":["m1:5000","m2.example"]}]`,
 		"--set", "provisioner.registry.insecure=true", "--set", "provisioner.registry.credentialsSecret=pull",
 		"--set", "provisioner.registry.hostsDir=/etc/registries/certs.d",
+		"--set", "provisioner.registry.credentialProviders.config=/etc/kubelet/cp/config.yaml",
+		"--set", "provisioner.registry.credentialProviders.binDir=/usr/libexec/kubelet-cp",
 		"--set", "registry.caBundle.configMap=corp-ca", "--set", "registry.caBundle.key=bundle.pem",
 		"--set", "proxy.httpsProxy=http://proxy.corp:3128", "--set-json", `proxy.noProxy=["10.0.0.0/8",".corp"]`,
 		"--set", "apiServer.host=api.corp",
@@ -77,7 +79,9 @@ func chartTemplateNodeSettings(t *testing.T) {
 		"--containerd-restart": "none", "--containerd-config": "/etc/k8s/containerd/config.toml",
 		"--containerd-socket": "/run/k8s/containerd.sock", "--containerd-restart-command": "kill -HUP 1", "--insecure-registries": "",
 		"--containerd-config-template": "/etc/k8s/containerd/config-v3.toml.tmpl",
-		"--registry-hosts-dir":         "/etc/registries/certs.d", "--registry-ca-file": "/etc/brewlet/registry-ca/ca.crt"} {
+		"--registry-hosts-dir":         "/etc/registries/certs.d", "--registry-ca-file": "/etc/brewlet/registry-ca/ca.crt",
+		"--image-credential-provider-config": "/etc/kubelet/cp/config.yaml", "--image-credential-provider-bin-dir": "/usr/libexec/kubelet-cp",
+	} {
 		chartWantArg(t, pc, flag, v)
 	}
 	chartNoArg(t, pc, "--shim-dir")
@@ -94,13 +98,14 @@ func chartTemplateNodeSettings(t *testing.T) {
 	hp := chartHostPaths(ds.Spec.Template.Spec)
 	want := map[string]string{"/srv/test/opt/brewlet": "/srv/test/opt/brewlet", "/srv/test/var/lib/brewlet": "/srv/test/var/lib/brewlet",
 		"/srv/test/run/brewlet": "/srv/test/run/brewlet", "/etc/k8s/containerd": "/etc/k8s/containerd", "/run/k8s": "/run/k8s",
-		"/etc/registries/certs.d": "/etc/registries/certs.d"}
+		"/etc/registries/certs.d": "/etc/registries/certs.d", "/etc/kubelet/cp": "/etc/kubelet/cp", "/usr/libexec/kubelet-cp": "/usr/libexec/kubelet-cp"}
 	if !reflect.DeepEqual(hp, want) {
 		t.Errorf("host paths %v, want %v", hp, want)
 	}
 	// The registry configuration and the CA bundle are read-only to the agent.
 	for _, m := range pc.VolumeMounts {
-		if (m.MountPath == "/etc/registries/certs.d" || m.MountPath == "/etc/brewlet/registry-ca") && !m.ReadOnly {
+		if (m.MountPath == "/etc/registries/certs.d" || m.MountPath == "/etc/brewlet/registry-ca" || m.MountPath == "/etc/kubelet/cp" ||
+			m.MountPath == "/usr/libexec/kubelet-cp") && !m.ReadOnly {
 			t.Errorf("%s mounted writable", m.MountPath)
 		}
 	}
@@ -286,6 +291,9 @@ func chartTemplateSchema(t *testing.T) {
 		{chartPools("--set", "proxy.httpsProxy=proxy.corp:3128"), "/proxy/httpsProxy'"},
 		{chartPools("--set-json", `proxy.noProxy=["a,b"]`), "/proxy/noProxy/0'"},
 		{chartPools("--set", "provisioner.registry.hostsDir=certs.d"), "/provisioner/registry/hostsDir'"},
+		{chartPools("--set", "provisioner.registry.credentialProviders.config=config.yaml", "--set", "provisioner.registry.credentialProviders.binDir=/b"),
+			"/provisioner/registry/credentialProviders/config'"},
+		{chartPools("--set", "provisioner.registry.credentialProviders.config=/etc/cp.yaml"), "/provisioner/registry/credentialProviders/binDir'"},
 	} {
 		_, out, err := chartTemplate(t, chartNS, c.args...)
 		if err == nil || !strings.Contains(out, "values don't meet the specifications of the schema") || !strings.Contains(out, c.want) {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,8 +29,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"brewlet.sh/brewlet/internal/hoststate"
+	"brewlet.sh/brewlet/internal/provisioner/containerd"
 	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/registry"
+	"brewlet.sh/brewlet/internal/registry/credprovider"
 	"brewlet.sh/brewlet/internal/testutil/testca"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
@@ -412,4 +415,133 @@ func TestCLIOverTLSWithACredentialHelper(t *testing.T) {
 	if _, errOut, code := brewlet(t, bin, "inspect", ref, "--ca-file", reg.CAFile); code != 1 || !strings.Contains(errOut, "RegistryCredentialsRefused") {
 		t.Fatalf("inspect without credentials for the registry: exit %d: %s", code, errOut)
 	}
+}
+
+// buildCredPlugin builds the test credential provider plugin into dir under name.
+func buildCredPlugin(t *testing.T, dir, name string) {
+	t.Helper()
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), "./test/framework/credplugin")
+	cmd.Dir = framework.RepoRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the credential provider plugin: %v\n%s", err, out)
+	}
+}
+
+// Credentials the way the kubelet gets them: the node's CredentialProviderConfig names a
+// plugin (a real process speaking the exec API), whose answer is cached for the duration it
+// gives. The registry rotates its password (a token expiring): while the cached answer is
+// still fresh the install is refused with RegistryCredentialsRefused naming the registry and
+// the provider, and nothing on the node changes; once nine tenths of the duration passed the
+// plugin is asked again and the install succeeds. A plugin that fails is
+// CredentialProviderFailed, naming it.
+func TestInstallWithACredentialProvider(t *testing.T) {
+	framework.RequireRoot(t)
+	reg := framework.StartRegistryOpts(t, framework.RegistryOptions{TLS: true, User: "token", Password: "pw-1"})
+	refs := make([]string, 3)
+	for i := range refs {
+		refs[i] = pushTo(t, reg, "runtimes/shell", withFile(t, shellImage(t), "etc/generation", fmt.Sprint(i+1)), "token", "pw-1")
+	}
+	bin, state := t.TempDir(), t.TempDir()
+	buildCredPlugin(t, bin, "brewlet-test-plugin")
+	pwFile, logFile := filepath.Join(state, "password"), filepath.Join(state, "runs")
+	if err := os.WriteFile(pwFile, []byte("pw-1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := func(name string, env ...string) string {
+		envs := ""
+		for _, e := range env {
+			n, v, _ := strings.Cut(e, "=")
+			envs += fmt.Sprintf("\n  - {name: %s, value: %q}", n, v)
+		}
+		path := filepath.Join(state, name+".yaml")
+		body := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1
+kind: CredentialProviderConfig
+providers:
+- name: brewlet-test-plugin
+  matchImages: [%q]
+  defaultCacheDuration: 1m
+  apiVersion: credentialprovider.kubelet.k8s.io/v1
+  env:%s
+`, reg.Addr, envs)
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	keychain := func(path string) *credprovider.Keychain {
+		providers, _, err := credprovider.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &credprovider.Keychain{Providers: providers, BinDir: bin, Command: containerd.HostExec{}.Command, Fallback: authn.DefaultKeychain}
+	}
+	runs := func() int {
+		b, _ := os.ReadFile(logFile)
+		return strings.Count(string(b), "\n")
+	}
+	dockerConfig(t, nil) // no credentials besides the plugin's
+	trust, err := registry.LoadTrust([]string{reg.CAFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	layout := hoststate.Under(root)
+	in := &install.Installer{Layout: layout, Platform: linuxAMD64, Trust: trust,
+		Keychain: keychain(config("good", "CREDPLUGIN_REGISTRY="+reg.Addr, "CREDPLUGIN_USER=token", "CREDPLUGIN_PASSWORD="+pwFile,
+			"CREDPLUGIN_CACHE=15s", "CREDPLUGIN_LOG="+logFile))}
+	req := func(gen int64) install.Request {
+		return install.Request{ID: "shell", Epoch: "6c7d8e9f-0a1b-4c2d-8e3f-4a5b6c7d8e9f", Generation: gen, Image: refs[gen-1], UID: 10001, GID: 10001}
+	}
+	for gen := int64(1); gen <= 2; gen++ {
+		if _, err := in.Install(context.Background(), req(gen)); err != nil {
+			t.Fatalf("install generation %d with the plugin's credentials: %v", gen, err)
+		}
+	}
+	if runs() != 1 {
+		t.Fatalf("the plugin ran %d times for two installs within its cache duration; want 1", runs())
+	}
+
+	// The token changes on the registry and at the plugin; the node still holds the old one.
+	if err := reg.SetPassword("token", "pw-2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pwFile, []byte("pw-2"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := nodeTree(t, root)
+	_, err = in.Install(context.Background(), req(3))
+	if vocab.ReasonOf(err) != vocab.ReasonRegistryCredentialsRefused || !strings.Contains(err.Error(), reg.Addr) || !strings.Contains(err.Error(), "brewlet-test-plugin") {
+		t.Fatalf("install with an expired cached credential: %v; want RegistryCredentialsRefused naming %s and the provider", err, reg.Addr)
+	}
+	if after := nodeTree(t, root); !slices.Equal(before, after) {
+		t.Errorf("a refused credential changed the node:\nbefore %v\nafter  %v", before, after)
+	}
+	// Asked again before the answer's 15 s run out: the new token installs generation 3.
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		_, err = in.Install(context.Background(), req(3))
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if err != nil || runs() != 2 {
+		t.Fatalf("after the cache duration: %v, plugin runs %d; want success after exactly one more run", err, runs())
+	}
+
+	t.Run("a failing plugin", func(t *testing.T) {
+		failing := &install.Installer{Layout: layout, Platform: linuxAMD64, Trust: trust,
+			Keychain: keychain(config("failing", "CREDPLUGIN_FAIL=no instance role"))}
+		r := req(1)
+		r.Generation = 4
+		before := nodeTree(t, root)
+		_, err := failing.Install(context.Background(), r)
+		if vocab.ReasonOf(err) != vocab.ReasonCredentialProviderFailed || !strings.Contains(err.Error(), "brewlet-test-plugin") ||
+			!strings.Contains(err.Error(), "no instance role") || !strings.Contains(err.Error(), reg.Addr) {
+			t.Fatalf("got %v; want CredentialProviderFailed naming the plugin, its message and the registry", err)
+		}
+		if after := nodeTree(t, root); !slices.Equal(before, after) {
+			t.Errorf("the node changed:\nbefore %v\nafter  %v", before, after)
+		}
+	})
 }

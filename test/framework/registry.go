@@ -108,6 +108,26 @@ func StartRegistryOpts(t TB, o RegistryOptions) *Registry {
 	return r
 }
 
+// SetPassword replaces the registry's only credential (it was started with one): the
+// registry reads its password file again when the file changes, as a token rotation.
+func (r *Registry) SetPassword(user, password string) error {
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(r.Dir, "htpasswd")
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(user+":"+string(hash)+"\n"), 0o600); err != nil {
+		return err
+	}
+	// A later modification time than the old file's, even on a coarse clock.
+	later := time.Now().Add(2 * time.Second)
+	if err := os.Chtimes(tmp, later, later); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
 // Transport reaches the registry: over TLS with its CA trusted when it serves TLS (the
 // registry client would pick plain HTTP for a loopback address by itself).
 func (r *Registry) Transport() http.RoundTripper {

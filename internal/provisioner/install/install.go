@@ -20,6 +20,7 @@ import (
 	"brewlet.sh/brewlet/internal/golden"
 	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/registry"
+	"brewlet.sh/brewlet/internal/registry/credprovider"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -40,6 +41,9 @@ type Installer struct {
 	// configures a registry, its hosts are the sources, in its order, and Mirrors is not
 	// used for that registry. Its Trust and Timeouts are the Installer's.
 	NodeHosts registry.NodeHosts
+	// Keychain gives credentials per repository (nil: the Docker config, a mounted pull
+	// Secret). The agent's answers from the node's kubelet credential providers first.
+	Keychain *credprovider.Keychain
 	// Timeouts bound each registry call (zero fields: registry.DefaultTimeouts).
 	Timeouts registry.Timeouts
 	// Deadline bounds one whole install, every source included (0: DefaultDeadline). The
@@ -146,7 +150,7 @@ func (in *Installer) Install(ctx context.Context, req Request) (*Result, error) 
 			sctx, scancel = context.WithTimeout(dctx, share)
 		}
 		res, err := in.installFrom(sctx, req, cand, src.transport)
-		err = registry.Classify(err, host)
+		err = registry.ClassifyFrom(err, host, in.credentialSource(cand))
 		timedOut := sctx.Err() != nil
 		scancel()
 		if err == nil {
@@ -187,7 +191,11 @@ func sourceShare(left, reserve time.Duration, mirrorsLeft int) time.Duration {
 }
 
 func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Digest, transport remote.Option) (*Result, error) {
-	opts := registry.Options(ctx, in.Insecure, append([]remote.Option{transport}, in.Remote...)...)
+	extra := []remote.Option{transport}
+	if in.Keychain != nil {
+		extra = append(extra, remote.WithAuthFromKeychain(in.Keychain))
+	}
+	opts := registry.Options(ctx, in.Insecure, append(extra, in.Remote...)...)
 	var ph phases
 	ph.start()
 	img, platform, err := in.resolve(ref, opts)

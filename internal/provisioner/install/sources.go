@@ -60,3 +60,15 @@ func (in *Installer) sources(ctx context.Context, req Request, ref name.Digest) 
 	}
 	return out, nil
 }
+
+// credentialSource names the node's credential provider that answers for ref's repository,
+// "" when the credentials (if any) come from the Docker config.
+func (in *Installer) credentialSource(ref name.Digest) string {
+	if in.Keychain == nil {
+		return ""
+	}
+	if p := in.Keychain.ProviderOf(ref.Context().String()); p != "" {
+		return "the node's credential provider " + p
+	}
+	return ""
+}
