@@ -9,17 +9,17 @@ import (
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
-// maxAvoidedNodes bounds the node names one pod's affinity carries: a rotation that left
+// MaxAvoidedNodes bounds the node names one pod's affinity carries: a rotation that left
 // more nodes behind than this has halted long before (rollout.maxFailures), and a pod spec
 // must stay small.
-const maxAvoidedNodes = 500
+const MaxAvoidedNodes = 500
 
 // avoidExcludedNodes keeps a pod that a rotation restart created (its barrier names the
 // RuntimeImage's epoch) off the nodes that rotation left behind
 // (status.rotation.excludedNodes): a stuck node whose agent is silent would refuse the pod
 // at start (its generation is older than the barrier, or its authorization has expired),
 // and a restart exists to move pods onto nodes that serve the target. The names are
-// ANDed into every required term as `metadata.name NotIn` (after requireRuntimeLabel,
+// ANDed into every required term, one `metadata.name NotIn` each (after requireRuntimeLabel,
 // which leaves at least one term).
 // The requirement is fixed at admission: a node that rejoins later receives the
 // workload's next pods, not these.
@@ -35,13 +35,17 @@ func avoidExcludedNodes(pod *corev1.Pod, ri *brewletv1.RuntimeImage) {
 	}
 	var names []string
 	for _, e := range rot.ExcludedNodes {
-		if e.Name != "" && !slices.Contains(names, e.Name) && len(names) < maxAvoidedNodes {
+		if e.Name != "" && !slices.Contains(names, e.Name) && len(names) < MaxAvoidedNodes {
 			names = append(names, e.Name)
 		}
 	}
 	slices.Sort(names)
-	req := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: names}
-	andIntoEveryTerm(pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms, req, true)
+	// One requirement per node: the API server accepts a single value in a metadata.name
+	// field requirement (a list of two made every restarted pod invalid, 422).
+	terms := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for _, n := range names {
+		andIntoEveryTerm(terms, corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{n}}, true)
+	}
 }
 
 // pinned reports whether the pod can run on one node only.

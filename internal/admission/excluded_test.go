@@ -22,7 +22,8 @@ func TestAdmitKeepsRestartedPodsOffExcludedNodes(t *testing.T) {
 			p.Annotations[vocab.AnnotationRotatedToGeneration] = brewletv1.RotationBarrier{ID: id, Epoch: types.UID(epoch), Generation: gen}.String()
 		}
 	}
-	avoid := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"failed-a", "stuck-b"}}
+	avoidA := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"failed-a"}}
+	avoidB := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"stuck-b"}}
 	pin := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"stuck-b"}}
 	noRotation := approvedRI("python-3.12")
 	for _, tc := range []struct {
@@ -32,9 +33,9 @@ func TestAdmitKeepsRestartedPodsOffExcludedNodes(t *testing.T) {
 		want []corev1.NodeSelectorTerm
 	}{
 		{"restarted pod of this epoch", brewletPod(barrier("python-3.12", "uid-1", 3)), ri,
-			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}, MatchFields: []corev1.NodeSelectorRequirement{avoid}}}},
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}, MatchFields: []corev1.NodeSelectorRequirement{avoidA, avoidB}}}},
 		{"an earlier restart of this epoch", brewletPod(barrier("python-3.12", "uid-1", 2)), ri,
-			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}, MatchFields: []corev1.NodeSelectorRequirement{avoid}}}},
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}, MatchFields: []corev1.NodeSelectorRequirement{avoidA, avoidB}}}},
 		{"no barrier", brewletPod(), ri, []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}}}},
 		{"barrier of another epoch", brewletPod(barrier("python-3.12", "uid-0", 3)), ri,
 			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}}}},
@@ -70,7 +71,7 @@ func TestAdmitKeepsRestartedPodsOffExcludedNodes(t *testing.T) {
 func TestAvoidExcludedNodesIsBounded(t *testing.T) {
 	ri := approvedRI("python-3.12")
 	ri.Status.Rotation = &brewletv1.RotationStatus{}
-	for i := range maxAvoidedNodes + 50 {
+	for i := range MaxAvoidedNodes + 50 {
 		ri.Status.Rotation.ExcludedNodes = append(ri.Status.Rotation.ExcludedNodes, brewletv1.ExcludedNode{Name: "node-" + strconv.Itoa(i)})
 	}
 	pod := brewletPod(func(p *corev1.Pod) {
@@ -78,7 +79,12 @@ func TestAvoidExcludedNodesIsBounded(t *testing.T) {
 	})
 	d := Admit(pod, ri)
 	got := d.Pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields
-	if len(got) != 1 || len(got[0].Values) != maxAvoidedNodes {
-		t.Fatalf("matchFields %d requirements, %d names; want 1 with %d", len(got), len(got[0].Values), maxAvoidedNodes)
+	if len(got) != MaxAvoidedNodes {
+		t.Fatalf("matchFields %d requirements; want %d", len(got), MaxAvoidedNodes)
+	}
+	for _, r := range got {
+		if len(r.Values) != 1 {
+			t.Fatalf("requirement %+v: the API server accepts one value per metadata.name requirement", r)
+		}
 	}
 }

@@ -343,6 +343,39 @@ func TestPodAdmission(t *testing.T) {
 		})
 	}
 
+	// A rotation restart's pods avoid the nodes the rotation left behind, one metadata.name
+	// requirement each: the API server accepts the pod with two excluded nodes and with as
+	// many as admission keeps, and the scheduler places it on the node left.
+	t.Run("restarted pods avoid any number of excluded nodes", func(t *testing.T) {
+		live := getRI(t, c, "python-3.12")
+		for _, n := range []int{2, admission.MaxAvoidedNodes} {
+			ri := live.DeepCopy()
+			ri.Status.Rotation = &brewletv1.RotationStatus{ExcludedNodes: []brewletv1.ExcludedNode{{Name: "py-ready", Reason: string(vocab.ReasonNodeTimedOut)}}}
+			for i := 1; i < n; i++ {
+				ri.Status.Rotation.ExcludedNodes = append(ri.Status.Rotation.ExcludedNodes, brewletv1.ExcludedNode{Name: fmt.Sprintf("gone-%d", i), Reason: string(vocab.ReasonAgentNotReporting)})
+			}
+			pod := admissionPod(fmt.Sprintf("restarted-%d", n), "python-3.12", func(p *corev1.Pod) {
+				p.Annotations[vocab.AnnotationRotatedToGeneration] = brewletv1.RotationBarrier{ID: live.Name, Epoch: live.UID, Generation: live.Status.Generation}.String()
+				p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}} // the fake nodes' startup taints
+			})
+			d := admission.Admit(pod, ri)
+			if !d.Allowed() {
+				t.Fatal(d.Message())
+			}
+			if err := wc.Create(ctx, d.Pod); err != nil {
+				t.Fatalf("a restarted pod avoiding %d excluded nodes: %v", n, err)
+			}
+			eventually(t, 30*time.Second, "the restarted pod on the node left", func() (bool, string) {
+				got := &corev1.Pod{}
+				if err := c.Get(ctx, client.ObjectKeyFromObject(d.Pod), got); err != nil {
+					return false, err.Error()
+				}
+				return got.Spec.NodeName == "py-on-demand", "on " + got.Spec.NodeName
+			})
+			_ = c.Delete(ctx, d.Pod)
+		}
+	})
+
 	t.Run("another RuntimeClass is never sent to the webhook", func(t *testing.T) {
 		other := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "runc"}, Handler: "runc"}
 		if err := c.Create(ctx, other); err != nil {
