@@ -65,6 +65,54 @@ func TestProvisionerWritesAreNodeScoped(t *testing.T) {
 	// An unbound token of the same service account has no node claim.
 	expectDenied(t, writeStatus(ctx, saClient(t, cp.Config, ns, sa, nil), "n1"), "no node claim")
 	startupTaintsAreTheOnlySpecChange(t, c, cp.KubeletClient(t, "n1"), agent)
+	gcFieldsAreNotTheAgents(t, c, agent)
+}
+
+// What the garbage collector acts on is not the agent's to change, even on its own objects:
+// an owner reference to an object that does not exist would have its Node or NodeRuntime
+// deleted, a finalizer would hold their deletion. It creates its NodeRuntime owned by its
+// own Node only.
+func gcFieldsAreNotTheAgents(t *testing.T, admin, agent client.Client) {
+	ctx := context.Background()
+	const why = "owner references or finalizers of its Node or NodeRuntime"
+	ghost := metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: "gone", UID: "00000000-0000-0000-0000-000000000000"}
+	var nrt brewletv1.NodeRuntime
+	if err := agent.Get(ctx, client.ObjectKey{Name: "n1"}, &nrt); err != nil {
+		t.Fatal(err)
+	}
+	owned := nrt.DeepCopy()
+	owned.OwnerReferences = append(owned.OwnerReferences, ghost)
+	expectDenied(t, agent.Update(ctx, owned), why)
+	held := nrt.DeepCopy()
+	held.Finalizers = append(held.Finalizers, "hold.example/forever")
+	expectDenied(t, agent.Update(ctx, held), why)
+	var node corev1.Node
+	if err := agent.Get(ctx, client.ObjectKey{Name: "n1"}, &node); err != nil {
+		t.Fatal(err)
+	}
+	ownedNode := node.DeepCopy()
+	ownedNode.OwnerReferences = append(ownedNode.OwnerReferences, ghost)
+	expectDenied(t, agent.Update(ctx, ownedNode), why)
+	heldNode := node.DeepCopy()
+	heldNode.Finalizers = append(heldNode.Finalizers, "hold.example/forever")
+	expectDenied(t, agent.Update(ctx, heldNode), why)
+
+	// Created anew (an administrator deleted it): owned by its own Node, nothing else.
+	if err := admin.Delete(ctx, &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	var n1 corev1.Node
+	if err := admin.Get(ctx, client.ObjectKey{Name: "n1"}, &n1); err != nil {
+		t.Fatal(err)
+	}
+	mine := metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: "n1", UID: n1.UID}
+	expectDenied(t, agent.Create(ctx, &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n1",
+		OwnerReferences: []metav1.OwnerReference{ghost}}}), why)
+	expectDenied(t, agent.Create(ctx, &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n1",
+		OwnerReferences: []metav1.OwnerReference{mine}, Finalizers: []string{"hold.example/forever"}}}), why)
+	if err := agent.Create(ctx, &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n1", OwnerReferences: []metav1.OwnerReference{mine}}}); err != nil {
+		t.Fatalf("the agent creating its NodeRuntime owned by its Node: %v", err)
+	}
 }
 
 var (

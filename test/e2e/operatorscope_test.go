@@ -2,16 +2,19 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/admission"
+	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
 
@@ -44,18 +47,58 @@ func chartOperatorAttacks(t *testing.T, cp *framework.ControlPlane) {
 	waitDenied(t, "the operator changing spec.source.image", scope, func() error {
 		return edit(func(r *brewletv1.RuntimeImage) { r.Spec.Source.Image = "evil.example/python@" + goodDigest })
 	})
-	expectDenied(t, edit(func(r *brewletv1.RuntimeImage) { r.Spec.Revoked = !r.Spec.Revoked }), "spec, labels and annotations belong to the administrators")
+	expectDenied(t, edit(func(r *brewletv1.RuntimeImage) { r.Spec.Revoked = !r.Spec.Revoked }), "spec, labels, annotations, owner references and other finalizers belong to the administrators")
 	expectDenied(t, edit(func(r *brewletv1.RuntimeImage) { r.Labels = map[string]string{"x": "y"} }), scope)
 	expectDenied(t, edit(func(r *brewletv1.RuntimeImage) { r.Annotations = map[string]string{"x": "y"} }), scope)
-	if err := edit(func(r *brewletv1.RuntimeImage) { r.Finalizers = append(r.Finalizers, "brewlet.sh/revocation") }); err != nil {
+	if err := edit(func(r *brewletv1.RuntimeImage) { r.Finalizers = append(r.Finalizers, vocab.FinalizerRevocation) }); err != nil {
 		t.Errorf("the operator adding its finalizer: %v", err)
 	}
+	// What the garbage collector acts on: an owner reference to an object that does not
+	// exist would have the RuntimeImage deleted (a new epoch, a full reinstall everywhere);
+	// another controller's finalizer, removed, lets a deletion it holds go through.
+	ghost := metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: "gone", UID: "00000000-0000-0000-0000-000000000000"}
+	expectDenied(t, edit(func(r *brewletv1.RuntimeImage) { r.OwnerReferences = append(r.OwnerReferences, ghost) }), "owner references")
+	const foreign = "backup.example/hold"
+	adminEdit := func(mut func(*brewletv1.RuntimeImage)) {
+		t.Helper()
+		must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var got brewletv1.RuntimeImage
+			if err := c.Get(ctx, client.ObjectKeyFromObject(ri), &got); err != nil {
+				return err
+			}
+			mut(&got)
+			return c.Update(ctx, &got)
+		}))
+	}
+	adminEdit(func(r *brewletv1.RuntimeImage) { r.Finalizers = append(r.Finalizers, foreign) })
+	expectDenied(t, edit(func(r *brewletv1.RuntimeImage) {
+		r.Finalizers = slices.DeleteFunc(r.Finalizers, func(f string) bool { return f == foreign })
+	}), "other finalizers")
+	adminEdit(func(r *brewletv1.RuntimeImage) {
+		r.Finalizers = slices.DeleteFunc(r.Finalizers, func(f string) bool { return f == foreign })
+	})
+	expectDenied(t, edit(func(r *brewletv1.RuntimeImage) { r.Finalizers = append(r.Finalizers, "other.example/hold") }), "other finalizers")
 	var np brewletv1.NodeProfileList
 	must(t, c.List(ctx, &np))
 	if len(np.Items) > 0 {
 		p := np.Items[0].DeepCopy()
 		p.Spec.NodePool.Names = append(p.Spec.NodePool.Names, "every-other-pool")
 		expectDenied(t, op.Update(ctx, p), scope)
+		owned := np.Items[0].DeepCopy()
+		owned.OwnerReferences = append(owned.OwnerReferences, ghost)
+		expectDenied(t, op.Update(ctx, owned), "owner references")
+	}
+	var nrts brewletv1.NodeRuntimeList
+	must(t, c.List(ctx, &nrts))
+	if len(nrts.Items) > 0 {
+		n := nrts.Items[0].DeepCopy()
+		n.OwnerReferences = []metav1.OwnerReference{ghost}
+		expectDenied(t, op.Update(ctx, n), "owner references or finalizers of NodeRuntime")
+		n = nrts.Items[0].DeepCopy()
+		n.Finalizers = append(n.Finalizers, "hold.example/forever")
+		expectDenied(t, op.Update(ctx, n), "owner references or finalizers of NodeRuntime")
+	} else {
+		t.Error("no NodeRuntime to attack: the chart test's nodes should have one each")
 	}
 	if err := op.Delete(ctx, ri); !apierrors.IsForbidden(err) {
 		t.Errorf("the operator deleting a RuntimeImage: %v, want forbidden by RBAC", err)
@@ -88,6 +131,12 @@ func chartOperatorAttacks(t *testing.T, cp *framework.ControlPlane) {
 	relabel := mwc.DeepCopy()
 	relabel.Labels = map[string]string{"x": "y"}
 	expectDenied(t, op.Update(ctx, relabel), "only the caBundle")
+	owned := mwc.DeepCopy()
+	owned.OwnerReferences = []metav1.OwnerReference{ghost}
+	expectDenied(t, op.Update(ctx, owned), "only the caBundle")
+	held := mwc.DeepCopy()
+	held.Finalizers = append(held.Finalizers, vocab.FinalizerRevocation)
+	expectDenied(t, op.Update(ctx, held), "only the caBundle")
 	if err := op.Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "evil"}}); !apierrors.IsForbidden(err) {
 		t.Errorf("the operator creating a webhook configuration: %v, want forbidden", err)
 	}

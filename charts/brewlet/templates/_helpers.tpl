@@ -104,3 +104,7 @@ mounted as ca.crt.
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/* Brewlet's finalizers, as internal/vocab spells them (chartOperatorAttacks adds them by those names). */}}
+{{- define "brewlet.finalizerRevocation" -}}node.brewlet.sh/revocation{{- end -}}
+{{- define "brewlet.finalizerCleanup" -}}node.brewlet.sh/cleanup{{- end -}}
