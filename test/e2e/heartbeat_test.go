@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -82,4 +84,24 @@ func TestHeartbeatsOnTheOperatorsClock(t *testing.T) {
 	}
 	t.Logf("node 0 (renewTime an hour ahead) not current after %s; OldGenerationTasks: %+v", time.Since(silentSince).Round(time.Second),
 		meta.FindStatusCondition(ri.Status.Conditions, string(vocab.ConditionOldGenerationTasks)))
+
+	// A hostile report: node 0 leaves observedAt out (required in the RuntimeImage's entry)
+	// and reports a container with a 300-character name. Only its own entry suffers: it is
+	// left out and named in the condition, and node 1 stays observed (the status stays
+	// writable for the whole fleet).
+	nrt := &brewletv1.NodeRuntime{}
+	must(t, c.Get(ctx, client.ObjectKey{Name: w.nodes[0]}, nrt))
+	nrt.Status.ObservedAt = nil
+	nrt.Status.Tasks = append(nrt.Status.Tasks, brewletv1.NodeTask{PodNamespace: restartNS, PodName: strings.Repeat("x", 300),
+		PodUID: "0", ContainerName: "app", ID: "python", Epoch: types.UID(epoch), Generation: 1})
+	must(t, c.Status().Update(ctx, nrt))
+	eventually(t, 30*time.Second, "node 0's unusable report left out, node 1 still observed", func() (bool, string) {
+		w.heartbeat(t, w.nodes[1])
+		ri = getRI(t, c, "python")
+		cond := meta.FindStatusCondition(ri.Status.Conditions, string(vocab.ConditionOldGenerationTasks))
+		got := observed()
+		_, listed0 := got[w.nodes[0]]
+		return !listed0 && got[w.nodes[1]] && cond != nil && strings.Contains(cond.Message, "1 node sent a report that cannot be used"),
+			fmt.Sprintf("%v %+v", got, cond)
+	})
 }

@@ -44,14 +44,19 @@ func observeTasks(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, 
 		return
 	}
 	var all []brewletv1.TaskObservation
-	stale, containers := 0, 0
+	stale, containers, unusable := 0, 0, 0
 	byGeneration := map[int64]int{}
 	otherEpoch := 0
 	for i := range reports {
 		r := &reports[i]
 		var bindings []brewletv1.TaskBinding
+		malformed := int32(0)
 		for _, t := range r.Status.Tasks {
 			if t.ID != ri.Name || (t.Epoch == ri.UID && t.Generation >= st.Generation) {
+				continue
+			}
+			if !usableTask(t) {
+				malformed++
 				continue
 			}
 			bindings = append(bindings, brewletv1.TaskBinding{PodNamespace: t.PodNamespace, PodName: t.PodName,
@@ -62,7 +67,13 @@ func observeTasks(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, 
 				otherEpoch++
 			}
 		}
-		if len(bindings) == 0 {
+		if len(bindings) == 0 && malformed == 0 {
+			continue
+		}
+		if !usableReport(r) {
+			// Not listed: the entry could not be written. Its containers are not counted either
+			// (the report cannot say when it saw them); the message names such nodes.
+			unusable++
 			continue
 		}
 		containers += len(bindings)
@@ -78,8 +89,9 @@ func observeTasks(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, 
 			x, y := bindings[a], bindings[b]
 			return x.PodNamespace+"/"+x.PodName+"/"+x.ContainerName < y.PodNamespace+"/"+y.PodName+"/"+y.ContainerName
 		})
+		o.Omitted = malformed
 		if len(bindings) > MaxBindingsPerNode {
-			o.Omitted = int32(len(bindings) - MaxBindingsPerNode)
+			o.Omitted += int32(len(bindings) - MaxBindingsPerNode)
 			bindings = bindings[:MaxBindingsPerNode]
 		}
 		o.Bindings = bindings
@@ -100,6 +112,9 @@ func observeTasks(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, 
 	} else {
 		c.Status, c.Reason = metav1.ConditionTrue, string(vocab.ReasonOldGenerationTasks)
 		c.Message = oldTasksMessage(byGeneration, otherEpoch, containers, len(all)+int(st.OmittedNodes), stale)
+	}
+	if unusable > 0 {
+		c.Message += fmt.Sprintf("; %s sent a report that cannot be used (no observedAt, or a malformed node UID): see their NodeRuntime status and brewlet-provisioner logs", plural(unusable, "node"))
 	}
 	meta.SetStatusCondition(&st.Conditions, c)
 }

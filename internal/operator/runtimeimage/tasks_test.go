@@ -124,3 +124,61 @@ func TestTaskObservationsBounded(t *testing.T) {
 		t.Errorf("message %+v, want prefix %q", c, want)
 	}
 }
+
+// A node's report is hostile input: a report without observedAt, or containers with names
+// Kubernetes would never give, affect that node's own entry only, and the status stays
+// writable (every observation has its required fields, every string is bounded).
+func TestTaskObservationsFromHostileReports(t *testing.T) {
+	ri := &brewletv1.RuntimeImage{ObjectMeta: metav1.ObjectMeta{Name: "python-3.12", UID: uid}}
+	noTime := tasksOn("b", true, task("p2", uid, 1))
+	noTime.Status.ObservedAt = nil
+	long := task(strings.Repeat("x", 300), uid, 1)
+	badNS := task("p4", uid, 1)
+	badNS.PodNamespace = "Not A Namespace"
+	noUID := task("p5", uid, 1)
+	noUID.PodUID = ""
+	bigUID := tasksOn("d", true, task("p6", uid, 1))
+	bigUID.Status.NodeUID = types.UID(strings.Repeat("u", 1000))
+	st := &brewletv1.RuntimeImageStatus{Epoch: uid, Generation: 2}
+	observeTasks(ri, st, []brewletv1.NodeRuntime{tasksOn("a", true, task("p1", uid, 1)), noTime,
+		tasksOn("c", true, task("p3", uid, 1), long, badNS, noUID), bigUID}, allFresh, metav1.NewTime(t0.Time.Add(time.Minute)))
+	var got []string
+	for _, o := range st.TaskObservations {
+		got = append(got, fmt.Sprintf("%s:%d:%d", o.NodeName, len(o.Bindings), o.Omitted))
+	}
+	if strings.Join(got, ";") != "a:1:0;c:1:3" {
+		t.Fatalf("observations %v; want a with 1, c with 1 and 3 left out, b and d not listed", got)
+	}
+	c := meta.FindStatusCondition(st.Conditions, string(vocab.ConditionOldGenerationTasks))
+	if c == nil || !strings.Contains(c.Message, "2 containers") || !strings.Contains(c.Message, "2 nodes sent a report that cannot be used") {
+		t.Fatalf("condition %+v", c)
+	}
+}
+
+func FuzzObserveTasks(f *testing.F) {
+	f.Add("default", "pod", "app", "uid-1", "node-uid", int64(1), true, int64(1_800_000_000))
+	f.Add("", strings.Repeat("p", 300), "App", "", strings.Repeat("u", 200), int64(-5), false, int64(0))
+	f.Fuzz(func(t *testing.T, ns, pod, container, podUID, nodeUID string, gen int64, hasTime bool, when int64) {
+		ri := &brewletv1.RuntimeImage{ObjectMeta: metav1.ObjectMeta{Name: "python-3.12", UID: uid}}
+		r := tasksOn("n", true, brewletv1.NodeTask{PodNamespace: ns, PodName: pod, PodUID: types.UID(podUID), ContainerName: container,
+			ID: "python-3.12", Epoch: uid, Generation: gen})
+		r.Status.NodeUID = types.UID(nodeUID)
+		r.Status.ObservedAt = nil
+		if hasTime {
+			ts := metav1.NewTime(time.Unix(when, 0))
+			r.Status.ObservedAt = &ts
+		}
+		st := &brewletv1.RuntimeImageStatus{Epoch: uid, Generation: 1_000}
+		observeTasks(ri, st, []brewletv1.NodeRuntime{r}, allFresh, t0)
+		for _, o := range st.TaskObservations {
+			if o.ObservedAt.IsZero() || len(o.NodeUID) > maxUIDLength {
+				t.Fatalf("unwritable observation %+v", o)
+			}
+			for _, b := range o.Bindings {
+				if len(b.PodName) > 253 || len(b.PodNamespace) > 63 || len(b.ContainerName) > 63 || len(b.PodUID) > maxUIDLength {
+					t.Fatalf("unbounded binding %+v", b)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,31 @@
+package runtimeimage
+
+import (
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+)
+
+// A node's report is hostile input: one node must not be able to make the RuntimeImage's
+// status unwritable for the whole fleet (a missing required field, an oversized string).
+// What the operator copies from a report into the RuntimeImage is checked here first; what
+// fails is left out and counted, affecting that node's own entry only.
+
+// maxUIDLength bounds a UID field (Kubernetes UIDs are 36 characters).
+const maxUIDLength = 128
+
+// usableReport says whether a node's report can be listed at all: it names when it was
+// observed and its node UID is a plausible UID.
+func usableReport(r *brewletv1.NodeRuntime) bool {
+	return r.Status.ObservedAt != nil && !r.Status.ObservedAt.IsZero() && len(r.Status.NodeUID) <= maxUIDLength
+}
+
+// usableTask says whether a reported container can be copied: names as Kubernetes allows
+// them, UIDs of a bounded length.
+func usableTask(t brewletv1.NodeTask) bool {
+	return len(validation.IsDNS1123Label(t.PodNamespace)) == 0 &&
+		len(validation.IsDNS1123Subdomain(t.PodName)) == 0 &&
+		len(validation.IsDNS1123Label(t.ContainerName)) == 0 &&
+		t.PodUID != "" && len(t.PodUID) <= maxUIDLength &&
+		len(t.Epoch) <= maxUIDLength
+}
