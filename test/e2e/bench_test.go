@@ -237,6 +237,22 @@ func shimPSS(t *testing.T, nodeDir, handler string) []int {
 // own packages and the metadata layer change, the base libraries do not). Each repetition
 // (BENCH_REPS, default 6) has a node of its own, so both start cold; which goes first
 // alternates.
+// installRep times one repetition of the install benches: generation 1 cold, then the
+// rotation to generation 2, each way in turn (ctr first on even repetitions, Brewlet first
+// on odd ones, so neither always meets a warmer machine).
+func installRep(rep int, ways [2]func(gen int) float64, cold, rotation *[2][]float64) {
+	order := []int{0, 1}
+	if rep%2 == 1 {
+		order = []int{1, 0}
+	}
+	for _, w := range order {
+		cold[w] = append(cold[w], ways[w](1))
+	}
+	for _, w := range order {
+		rotation[w] = append(rotation[w], ways[w](2))
+	}
+}
+
 func TestBenchInstall(t *testing.T) {
 	reps := envInt("BENCH_REPS", benchReps)
 	var cold, rotation [2][]float64 // [ctr, brewlet]
@@ -266,17 +282,7 @@ func TestBenchInstall(t *testing.T) {
 				t.Logf("brewlet install of generation %d: %s (%s)", gen, took.Round(time.Millisecond), res.Phases)
 				return float64(took)
 			}
-			ways := [2]func(int) float64{pull, installGen}
-			order := []int{0, 1}
-			if rep%2 == 1 {
-				order = []int{1, 0}
-			}
-			for _, w := range order {
-				cold[w] = append(cold[w], ways[w](1))
-			}
-			for _, w := range order {
-				rotation[w] = append(rotation[w], ways[w](2))
-			}
+			installRep(rep, [2]func(int) float64{pull, installGen}, &cold, &rotation)
 		})
 	}
 	benchGuard(t, fmt.Sprintf("install (CPython runtime, 3 layers, %d repetitions)", reps), []benchratio.Row{

@@ -84,6 +84,12 @@ func dockerConfig(t *testing.T, creds map[string][2]string) {
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"auths":{`+strings.Join(parts, ",")+`}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A HOME of its own hides the machine's other credential files; the tools stay where
+	// they were found.
+	if os.Getenv("BREWLET_TOOLS_CACHE") == "" {
+		home, _ := os.UserHomeDir()
+		t.Setenv("BREWLET_TOOLS_CACHE", filepath.Join(home, ".cache", "brewlet-tools"))
+	}
 	t.Setenv("HOME", t.TempDir())
 	t.Setenv("DOCKER_CONFIG", dir)
 }
