@@ -141,7 +141,7 @@ func TestTaskObservationsFromHostileReports(t *testing.T) {
 	bigUID.Status.NodeUID = types.UID(strings.Repeat("u", 1000))
 	st := &brewletv1.RuntimeImageStatus{Epoch: uid, Generation: 2}
 	observeTasks(ri, st, []brewletv1.NodeRuntime{tasksOn("a", true, task("p1", uid, 1)), noTime,
-		tasksOn("c", true, task("p3", uid, 1), long, badNS, noUID), bigUID}, allFresh, metav1.NewTime(t0.Time.Add(time.Minute)))
+		tasksOn("c", true, task("p3", uid, 1), long, badNS, noUID), bigUID}, allFresh, metav1.NewTime(t0.Add(time.Minute)))
 	var got []string
 	for _, o := range st.TaskObservations {
 		got = append(got, fmt.Sprintf("%s:%d:%d", o.NodeName, len(o.Bindings), o.Omitted))
