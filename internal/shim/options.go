@@ -2,12 +2,15 @@ package shim
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/containerd/containerd/api/types/runc/options"
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
 	"github.com/containerd/typeurl/v2"
 	"github.com/pelletier/go-toml/v2"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"brewlet.sh/brewlet/internal/vocab"
 )
 
 // runcOptions returns the runc options for a task, whatever form containerd sent them in.
@@ -26,17 +29,30 @@ func runcOptions(in *anypb.Any) (*options.Options, error) {
 	}
 	switch o := v.(type) {
 	case *options.Options:
-		return o, nil
+		ro = o
 	case *runtimeoptions.Options:
 		if len(o.ConfigBody) > 0 {
 			if err := toml.Unmarshal(o.ConfigBody, ro); err != nil {
 				return nil, fmt.Errorf("decode the handler's options table: %w", err)
 			}
 		}
-		return ro, nil
 	default:
 		return nil, fmt.Errorf("unsupported runtime options type %T; configure the brewlet handler with runc options (BinaryName, Root, SystemdCgroup)", v)
 	}
+	if err := runcBinary(ro.BinaryName); err != nil {
+		return nil, err
+	}
+	return ro, nil
+}
+
+// runcBinary refuses a BinaryName that is not runc: the shim judged the OCI spec it hands
+// over, and a wrapper runtime in between (one that injects hooks, devices or mounts) would
+// run what it refused.
+func runcBinary(name string) error {
+	if name == "" || filepath.Base(name) == "runc" {
+		return nil
+	}
+	return vocab.Errorf(vocab.ReasonContainerdConfigFailed, "the brewlet handler's BinaryName %q is not runc: a wrapper runtime could add to the container what the shim refused; set BinaryName to runc's path or remove it from the handler's options", name)
 }
 
 // normalizeOptions rewrites opts in place into runc options.

@@ -38,6 +38,13 @@ func TestRunCOptions(t *testing.T) {
 			return mustAny(t, &runtimeoptions.Options{ConfigBody: []byte("Root = [")})
 		}, "", "", true},
 		{"foreign type refused", func(t *testing.T) *anypb.Any { return mustAny(t, &emptypb.Empty{}) }, "", "", true},
+		{"runc by name", func(t *testing.T) *anypb.Any { return mustAny(t, &options.Options{BinaryName: "runc"}) }, "", "runc", false},
+		{"a wrapper runtime refused", func(t *testing.T) *anypb.Any {
+			return mustAny(t, &options.Options{BinaryName: "/usr/local/nvidia/toolkit/nvidia-container-runtime"})
+		}, "", "", true},
+		{"a wrapper through the CRI table refused", func(t *testing.T) *anypb.Any {
+			return mustAny(t, &runtimeoptions.Options{ConfigBody: []byte("BinaryName = \"/usr/bin/crun\"\n")})
+		}, "", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := runcOptions(tc.in(t))

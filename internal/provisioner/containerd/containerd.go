@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -226,7 +227,10 @@ func runtimesTable(cfg map[string]any, version int64, create bool) (map[string]a
 }
 
 // handlerTable is the brewlet handler: the shim's runtime type, Brewlet's pod annotations,
-// and the runc handler's options (binary, root, cgroup driver) so both run alike.
+// and the runc handler's options (binary, root, cgroup driver) so both run alike — except a
+// BinaryName that is not runc: a wrapper runtime there (one that injects hooks or devices)
+// would run what the shim refused, and the shim refuses it (ContainerdConfigFailed). The
+// handler then runs the runc on containerd's PATH.
 func handlerTable(cfg map[string]any, version int64) map[string]any {
 	h := map[string]any{
 		"runtime_type":    vocab.ShimRuntimeType,
@@ -235,7 +239,11 @@ func handlerTable(cfg map[string]any, version int64) map[string]any {
 	if runtimes, _ := runtimesTable(cfg, version, false); runtimes != nil {
 		if runc, ok := runtimes["runc"].(map[string]any); ok {
 			if opts, ok := runc["options"].(map[string]any); ok {
-				h["options"] = opts
+				copied := maps.Clone(opts)
+				if b, _ := copied["BinaryName"].(string); b != "" && filepath.Base(b) != "runc" {
+					delete(copied, "BinaryName")
+				}
+				h["options"] = copied
 			}
 		}
 	}

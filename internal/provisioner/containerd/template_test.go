@@ -99,3 +99,19 @@ func TestBlockEdits(t *testing.T) {
 		t.Fatalf("blockOf: %q", got)
 	}
 }
+
+// The handler takes the runc handler's options but never a wrapper runtime's binary.
+func TestHandlerTableDropsAWrapperBinary(t *testing.T) {
+	for bin, want := range map[string]any{"/usr/bin/runc": "/usr/bin/runc", "/usr/local/nvidia/toolkit/nvidia-container-runtime": nil, "": ""} {
+		cfg := map[string]any{"plugins": map[string]any{runtimePlugin(3): map[string]any{"containerd": map[string]any{"runtimes": map[string]any{
+			"runc": map[string]any{"runtime_type": "io.containerd.runc.v2", "options": map[string]any{"BinaryName": bin, "SystemdCgroup": true}}}}}}}
+		opts := handlerTable(cfg, 3)["options"].(map[string]any)
+		if got, ok := opts["BinaryName"]; (want == nil && ok) || (want != nil && got != want) || opts["SystemdCgroup"] != true {
+			t.Errorf("runc BinaryName %q: handler options %v", bin, opts)
+		}
+		runc := cfg["plugins"].(map[string]any)[runtimePlugin(3)].(map[string]any)["containerd"].(map[string]any)["runtimes"].(map[string]any)["runc"].(map[string]any)
+		if runc["options"].(map[string]any)["BinaryName"] != bin {
+			t.Errorf("the runc handler's own options changed: %v", runc["options"])
+		}
+	}
+}
