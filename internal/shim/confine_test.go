@@ -171,7 +171,15 @@ func TestGatedSyscall(t *testing.T) {
 		{"clone3 refused with ENOSYS", profile(specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActErrno}), ""},
 		{"mount logged", profile(specs.LinuxSyscall{Names: []string{"mount"}, Action: specs.ActLog}), "mount"},
 		{"mount to a user-space agent", profile(specs.LinuxSyscall{Names: []string{"mount"}, Action: specs.ActNotify}), "mount"},
-		{"mount traced", profile(specs.LinuxSyscall{Names: []string{"mount"}, Action: specs.ActTrace}), ""},
+		// A process may trace its own child: a traced call runs when the container wants.
+		{"mount traced", profile(specs.LinuxSyscall{Names: []string{"mount"}, Action: specs.ActTrace}), "mount"},
+		{"mount trapped", profile(specs.LinuxSyscall{Names: []string{"mount"}, Action: specs.ActTrap}), ""},
+		{"mount under an unknown action", profile(specs.LinuxSyscall{Names: []string{"mount"}, Action: "SCMP_ACT_SOMEDAY"}), "mount"},
+		// unshare has one argument: a condition on the second is on a register the caller sets.
+		{"unshare judged by an argument it does not have", profile(specs.LinuxSyscall{Names: []string{"unshare"}, Action: specs.ActAllow,
+			Args: []specs.LinuxSeccompArg{{Index: 1, Value: newNamespaceFlags, Op: specs.OpMaskedEqual}}}), "unshare"},
+		{"clone judged by its stack argument", profile(specs.LinuxSyscall{Names: []string{"clone"}, Action: specs.ActAllow,
+			Args: []specs.LinuxSeccompArg{{Index: 1, Value: newNamespaceFlags, Op: specs.OpMaskedEqual}}}), "clone"},
 		{"mount killed", profile(specs.LinuxSyscall{Names: []string{"mount"}, Action: specs.ActKillProcess}), ""},
 		{"containerd's profile for no capabilities", noCapsProfile(), ""},
 		{"containerd's profile for CAP_SYS_ADMIN", seccomp.DefaultProfile(&specs.Spec{Process: &specs.Process{

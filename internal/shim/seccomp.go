@@ -32,15 +32,17 @@ var gatedSyscalls = map[string]bool{
 	"umount": true, "umount2": true, "unshare": true,
 }
 
-// lets reports whether a rule's action lets the call run: allow, log (allow and log), and
-// notify (a user-space agent decides, i.e. not the kernel filter) all do; errno, kill and
-// trace (ENOSYS without a tracer, and Brewlet starts none) do not.
+// lets reports whether a rule's action can let the call run. Only errno, trap (SIGSYS to
+// the caller) and the kill actions stop it in the kernel. Allow and log run it; notify hands
+// the decision to a user-space agent; trace hands it to a tracer, and a process may trace its
+// own child, so a traced call runs whenever the container wants it to. An action this list
+// does not know is counted as letting the call run.
 func lets(a specs.LinuxSeccompAction) bool {
 	switch a {
-	case specs.ActAllow, specs.ActLog, specs.ActNotify:
-		return true
+	case specs.ActErrno, specs.ActTrap, specs.ActKill, specs.ActKillThread, specs.ActKillProcess:
+		return false
 	}
-	return false
+	return true
 }
 
 // gatedSyscall names the first capability-gated call a confining profile lets run, or "".
@@ -58,7 +60,7 @@ func gatedSyscall(sc *specs.LinuxSeccomp) string {
 			if !gatedSyscalls[name] {
 				continue
 			}
-			if (name == "clone" || name == "unshare") && withoutNewUser(r.Args) {
+			if (name == "clone" || name == "unshare") && withoutNewUser(flagsIndex(name), r.Args) {
 				continue
 			}
 			return name
@@ -67,13 +69,24 @@ func gatedSyscall(sc *specs.LinuxSeccomp) string {
 	return ""
 }
 
+// flagsIndex is the argument a call takes its namespace flags in on this node's ABI:
+// unshare's only argument; clone's first, but its second on s390x (where the first is the
+// new stack). Any other argument register is whatever the caller put there: a condition on
+// it says nothing about the flags.
+func flagsIndex(name string) uint {
+	if name == "clone" && goruntime.GOARCH == "s390x" {
+		return 1
+	}
+	return 0
+}
+
 // withoutNewUser reports whether a rule's argument conditions match only flags without
-// CLONE_NEWUSER: a masked-equal comparison of the flags argument (index 0; index 1 is
-// clone's flags on s390) whose mask covers CLONE_NEWUSER and whose value has it clear.
-// Conditions of one rule all have to hold, so one such condition is enough.
-func withoutNewUser(args []specs.LinuxSeccompArg) bool {
+// CLONE_NEWUSER: a masked-equal comparison of the flags argument (index) whose mask covers
+// CLONE_NEWUSER and whose value has it clear. Conditions of one rule all have to hold, so
+// one such condition is enough.
+func withoutNewUser(index uint, args []specs.LinuxSeccompArg) bool {
 	for _, a := range args {
-		if a.Op == specs.OpMaskedEqual && a.Index <= 1 &&
+		if a.Op == specs.OpMaskedEqual && a.Index == index &&
 			a.Value&unix.CLONE_NEWUSER != 0 && a.ValueTwo&unix.CLONE_NEWUSER == 0 {
 			return true
 		}
