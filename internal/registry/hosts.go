@@ -76,8 +76,11 @@ func (h NodeHosts) Sources(ctx context.Context, registry string) (sources []Sour
 	return sources, true, nil
 }
 
+// nsOf is the ns parameter containerd sends a host serving registry's images: none to the
+// registry itself (Docker Hub's API host counting as docker.io), the registry's name to any
+// other.
 func nsOf(host, registry string) string {
-	if host == registry {
+	if host == registry || (registry == "docker.io" && host == "registry-1.docker.io") {
 		return ""
 	}
 	return registry

@@ -167,3 +167,16 @@ func (p prefixTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.URL.Path = p.prefix + r.URL.Path
 	return p.base.RoundTrip(r)
 }
+
+func TestNamespaceParameter(t *testing.T) {
+	for _, tc := range []struct{ host, registry, want string }{
+		{"r.example", "r.example", ""},
+		{"mirror.local:5000", "r.example", "r.example"},
+		{"registry-1.docker.io", "docker.io", ""},
+		{"mirror.local", "docker.io", "docker.io"},
+	} {
+		if got := nsOf(tc.host, tc.registry); got != tc.want {
+			t.Errorf("nsOf(%q, %q) = %q, want %q", tc.host, tc.registry, got, tc.want)
+		}
+	}
+}
