@@ -120,6 +120,13 @@ func target(id string, offered map[string]string, ri *brewletv1.RuntimeImage, d 
 		return revoke(vocab.ReasonRuntimeImageRevoked, "RuntimeImage %s carries no Approved=True condition from brewlet-operator for generation %d: not approved; check that brewlet-operator runs (kubectl get runtimeimage %s -o yaml)", id, st.Generation, id)
 	}
 	t.Epoch, t.Generation, t.UID, t.GID = string(ri.UID), st.Generation, ri.Spec.User.UID, ri.Spec.User.GID
+	if d.ID == "" && st.Generation > 1 && !rotationCompleted(st) {
+		// brewlet-operator has written no directive for this ID on this node yet (a node that
+		// just joined the pool, an operator that is down). A generation the fleet has not
+		// finished rolling out may be paused, halted or held back by waves: the node takes
+		// nothing newer on its own, keeps serving what it has, and waits for the directive.
+		return t
+	}
 	if d.AllowedGeneration > 0 && st.Generation > d.AllowedGeneration {
 		// This node's rollout wave has not reached the new generation: keep serving the
 		// generation it has, install nothing (Image stays empty).
@@ -136,6 +143,13 @@ func target(id string, offered map[string]string, ri *brewletv1.RuntimeImage, d 
 	}
 	t.Image = ri.Spec.Source.Image
 	return t
+}
+
+// rotationCompleted says whether the fleet finished rolling out the current generation:
+// the operator recorded its rotation complete (RotationCompletedAt, set once per target).
+func rotationCompleted(st brewletv1.RuntimeImageStatus) bool {
+	r := st.Rotation
+	return r != nil && r.Target.Generation == st.Generation && r.Target.Digest == st.Digest && r.RotationCompletedAt != nil
 }
 
 // Labels are the node's Brewlet labels for the states of its runtimes. The node can

@@ -93,7 +93,20 @@ func TestTargets(t *testing.T) {
 		gen     int64
 		image   string
 	}{
-		{"install", &p, ri(nil), brewletv1.NodeRuntimeSpec{}, nil, false, "", 3, "reg/rt/py@" + dg},
+		{"install as the directive allows", &p, ri(nil), brewletv1.NodeRuntimeSpec{Runtimes: []brewletv1.RuntimeDirective{{ID: "py", AllowedGeneration: 3}}}, nil, false, "", 3, "reg/rt/py@" + dg},
+		// Without a directive (a new node, the operator down) a generation the fleet has not
+		// finished may be paused, halted or in waves: nothing newer is installed...
+		{"no directive, rotation unfinished", &p, ri(nil), brewletv1.NodeRuntimeSpec{}, nil, false, "", 3, ""},
+		{"no directive, the recorded rotation is another generation's", &p, ri(func(r *brewletv1.RuntimeImage) {
+			done := metav1.Now()
+			r.Status.Rotation = &brewletv1.RotationStatus{Target: brewletv1.RotationTarget{Generation: 2, Digest: dg}, RotationCompletedAt: &done}
+		}), brewletv1.NodeRuntimeSpec{}, nil, false, "", 3, ""},
+		// ...but a generation the fleet completed, or the first one, is.
+		{"no directive, rotation completed", &p, ri(func(r *brewletv1.RuntimeImage) {
+			done := metav1.Now()
+			r.Status.Rotation = &brewletv1.RotationStatus{Target: brewletv1.RotationTarget{Generation: 3, Digest: dg}, RotationCompletedAt: &done}
+		}), brewletv1.NodeRuntimeSpec{}, nil, false, "", 3, "reg/rt/py@" + dg},
+		{"no directive, generation 1", &p, ri(func(r *brewletv1.RuntimeImage) { r.Status.Generation = 1 }), brewletv1.NodeRuntimeSpec{}, nil, false, "", 1, "reg/rt/py@" + dg},
 		{"unknown", &p, nil, brewletv1.NodeRuntimeSpec{}, nil, true, vocab.ReasonUnknownRuntimeImage, 0, ""},
 		{"unapproved", &p, ri(func(r *brewletv1.RuntimeImage) {
 			r.Status.Conditions = []metav1.Condition{{Type: "Approved", Status: metav1.ConditionFalse, Message: "CVE"}}
@@ -115,7 +128,7 @@ func TestTargets(t *testing.T) {
 		// 3's digest: never "new repository @ old digest".
 		{"source moved before the operator assigned a generation", &p, ri(func(r *brewletv1.RuntimeImage) {
 			r.Spec.Source.Image = "reg/other/py@sha256:2222222222222222222222222222222222222222222222222222222222222222"
-		}), brewletv1.NodeRuntimeSpec{}, nil, false, "", 3, ""},
+		}), brewletv1.NodeRuntimeSpec{Runtimes: []brewletv1.RuntimeDirective{{ID: "py", AllowedGeneration: 3}}}, nil, false, "", 3, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ts := Targets(tc.profile, tc.images, tc.spec, tc.held)
