@@ -485,6 +485,28 @@ func testFleetPaused(t *testing.T, c client.Client) {
 		v := map[bool]string{true: "true", false: "false"}[on]
 		setFleetPause(&v)
 	}, vocab.AnnotationRotationsPaused)
+
+	// The pause lives on RuntimeClass brewlet: deleted while paused, the object the operator
+	// recreates carries the pause again. (The first try can meet an operator that has not
+	// read the annotation yet; it is tried again then.)
+	on := "true"
+	eventually(t, 60*time.Second, "RuntimeClass brewlet recreated with the fleet pause", func() (bool, string) {
+		setFleetPause(&on)
+		time.Sleep(500 * time.Millisecond) // the operator's watch delivers the annotation
+		if err := c.Delete(context.Background(), &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: vocab.RuntimeClassName}}); err != nil {
+			return false, err.Error()
+		}
+		rc := &nodev1.RuntimeClass{}
+		for range 50 {
+			if err := c.Get(context.Background(), client.ObjectKey{Name: vocab.RuntimeClassName}, rc); err == nil && rc.DeletionTimestamp == nil {
+				return rc.Annotations[vocab.AnnotationRotationsPaused] == on, fmt.Sprintf("annotations %v", rc.Annotations)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		return false, "not recreated"
+	})
+	off := "false"
+	setFleetPause(&off)
 }
 
 // wavesHeld rotates id over a pool of nodes in waves of one while hold(true) applies: no

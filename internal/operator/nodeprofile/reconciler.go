@@ -3,6 +3,7 @@ package nodeprofile
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,6 +44,9 @@ type Reconciler struct {
 	// AgentPods reads the agents' pods straight from the API server, only when some
 	// assigned node's heartbeat is stale (nil: none are read).
 	AgentPods func(ctx context.Context) ([]corev1.Pod, error)
+
+	// lastPause is the fleet pause annotation RuntimeClass brewlet last carried ("" none).
+	lastPause atomic.Value
 }
 
 // Heartbeats is what the reconciler needs of the operator's heartbeat clock.
@@ -230,6 +234,13 @@ func (r *Reconciler) ensureRuntimeClass(ctx context.Context) error {
 	err := r.Client.Get(ctx, client.ObjectKey{Name: vocab.RuntimeClassName}, rc)
 	if apierrors.IsNotFound(err) {
 		rc = &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: vocab.RuntimeClassName}, Handler: vocab.RuntimeClassName, Scheduling: want}
+		// The fleet pause lives on this object: recreated, it keeps the pause it was last
+		// seen with (a repair of the handler below, or someone deleting it), rather than
+		// letting every rotation go. An operator started while the object was missing has
+		// not seen it and cannot carry anything.
+		if v, ok := r.lastPause.Load().(string); ok && v != "" {
+			rc.Annotations = map[string]string{vocab.AnnotationRotationsPaused: v}
+		}
 		err = r.Client.Create(ctx, rc)
 		if apierrors.IsAlreadyExists(err) {
 			return nil // another pass created it; the next one checks it
@@ -239,6 +250,7 @@ func (r *Reconciler) ensureRuntimeClass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.lastPause.Store(rc.Annotations[vocab.AnnotationRotationsPaused])
 	if rc.Handler == vocab.RuntimeClassName && equality.Semantic.DeepEqual(rc.Scheduling, want) {
 		return nil
 	}
