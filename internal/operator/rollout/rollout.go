@@ -115,7 +115,8 @@ type Decision struct {
 	// the allowance stays, now+NodeTimeout when it is raised.
 	InstallBy map[string]*metav1.Time
 	Phases    map[string]Phase
-	// Halted: more than MaxFailures nodes failed the target; no further node is allowed it.
+	// Halted: more than MaxFailures nodes failed the target and none serves it (Halted); no
+	// further node is allowed it.
 	Halted bool
 	// Failed are the nodes that failed the target, sorted.
 	Failed []string
@@ -173,8 +174,13 @@ func StuckReason(n Node) vocab.Reason {
 	return vocab.ReasonNodeTimedOut
 }
 
-// Halted reports whether failures exceed the budget.
-func Halted(failed int, p Policy) bool { return failed > p.MaxFailures }
+// Halted reports whether the target's content stands refused: more nodes failed it than
+// the budget allows, and no node serves it. A refusal of content is a verdict on bytes every
+// node checks alike, so a target some node installed and serves is not bad content: failures
+// beside it are the failing nodes' own (a broken or lying node, another platform's image),
+// which keep their generation and are excluded, and cannot stop the fleet's patch however
+// many of the budget they claim.
+func Halted(failed, current int, p Policy) bool { return failed > p.MaxFailures && current == 0 }
 
 // Decide lets waiting nodes through in waves: as many as MaxUnavailable minus the nodes
 // installing now, in name order (stable, so a pass repeated over the same reads decides
@@ -213,7 +219,7 @@ func Decide(t Target, nodes []Node, p Policy, now time.Time) Decision {
 			d.InstallBy[n.Name] = deadline
 		}
 	}
-	installing := 0
+	installing, current := 0, 0
 	var waiting []Node
 	for _, n := range nodes {
 		ph := PhaseAt(t, n, now)
@@ -221,6 +227,9 @@ func Decide(t Target, nodes []Node, p Policy, now time.Time) Decision {
 		switch ph {
 		case PhaseCurrent, PhaseFailed:
 			allow(n)
+			if ph == PhaseCurrent {
+				current++
+			}
 		case PhaseInstalling:
 			installing++
 			allow(n)
@@ -240,7 +249,7 @@ func Decide(t Target, nodes []Node, p Policy, now time.Time) Decision {
 		}
 	}
 	slices.Sort(d.Failed)
-	d.Halted = Halted(len(d.Failed), p)
+	d.Halted = Halted(len(d.Failed), current, p)
 	slices.SortFunc(waiting, func(a, b Node) int {
 		switch {
 		case a.Name < b.Name:

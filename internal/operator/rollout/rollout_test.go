@@ -108,6 +108,17 @@ func TestDecide(t *testing.T) {
 			map[string]int64{"a": 3, "b": 2}, false},
 		{"available counts as current", tgt, []Node{{Name: "a", Allowed: 3, Report: rep(3, "Available")}, {Name: "b", Report: rep(2, "Available")}}, one,
 			map[string]int64{"a": 3, "b": 3}, false},
+		// A content verdict is the same on every node: a target one node serves is not bad
+		// content, and nodes claiming otherwise (lying, broken, another platform) stop no one.
+		{"failures over the budget beside a node serving the target do not halt", tgt,
+			[]Node{{Name: "a", Allowed: 3, Report: rep(3, "Failed")}, {Name: "b", Allowed: 3, Report: rep(3, "Failed")},
+				{Name: "c", Allowed: 3, Report: rep(3, "Ready")}, {Name: "d", Report: rep(2, "Ready")}},
+			Policy{MaxUnavailable: 1, MaxFailures: 1},
+			map[string]int64{"a": 3, "b": 3, "c": 3, "d": 3}, false},
+		{"maxFailures 0 beside a node serving the target does not halt", tgt,
+			[]Node{{Name: "a", Allowed: 3, Report: rep(3, "Failed")}, {Name: "b", Allowed: 3, Report: rep(3, "Ready")}, {Name: "c", Report: rep(2, "Ready")}},
+			Policy{MaxUnavailable: 1, MaxFailures: 0},
+			map[string]int64{"a": 3, "b": 3, "c": 3}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := Decide(tc.target, tc.nodes, tc.pol, now)

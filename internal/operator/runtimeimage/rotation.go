@@ -85,7 +85,7 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 	if len(excluded) > maxExcludedNodes {
 		rot.ExcludedNodes = excluded[:maxExcludedNodes]
 	}
-	halted := rollout.Halted(int(counts.Failed), rollout.Policy{MaxFailures: maxFailures})
+	halted := rollout.Halted(int(counts.Failed), int(counts.Current), rollout.Policy{MaxFailures: maxFailures})
 	done := !halted && counts.Current > 0 && int(counts.Current+counts.Failed)+stuck == reporting
 	if done && rot.RotationCompletedAt == nil {
 		t := now
