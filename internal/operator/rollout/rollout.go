@@ -66,6 +66,8 @@ func PolicyOf(r *brewletv1.RolloutPolicy, poolSize int) Policy {
 type Target struct {
 	Epoch      types.UID
 	Generation int64
+	// Served: some node of the fleet, in this pool or another, serves the target (Halted).
+	Served bool
 }
 
 // Node is one assigned node as read: the allowed generation its NodeRuntime spec holds for
@@ -249,6 +251,9 @@ func Decide(t Target, nodes []Node, p Policy, now time.Time) Decision {
 		}
 	}
 	slices.Sort(d.Failed)
+	if t.Served {
+		current++ // served in another pool: the same bytes passed there
+	}
 	d.Halted = Halted(len(d.Failed), current, p)
 	slices.SortFunc(waiting, func(a, b Node) int {
 		switch {
