@@ -117,7 +117,7 @@ func Decide(in Input) Decision {
 			continue // no generation of this epoch yet: the agent installs nothing anyway
 		}
 		t := rollout.Target{Epoch: ri.UID, Generation: ri.Status.Generation}
-		t.Served = servedAnywhere(t, in.Runtimes, o.ID)
+		t.ServedElsewhere = servedOutside(t, in.Runtimes, o.ID, assigned)
 		nodes := make([]rollout.Node, 0, len(assigned))
 		for _, n := range assigned {
 			dir := directive(in.Runtimes[n.Name], o.ID)
@@ -259,14 +259,19 @@ func directive(nrt *brewletv1.NodeRuntime, id string) brewletv1.RuntimeDirective
 	return brewletv1.RuntimeDirective{}
 }
 
-// servedAnywhere reports whether any node, in any pool, serves the target of id.
-func servedAnywhere(t rollout.Target, runtimes map[string]*brewletv1.NodeRuntime, id string) bool {
-	for _, nrt := range runtimes {
-		if e := report(nrt, id); e != nil && rollout.PhaseOf(t, rollout.Node{Report: e}) == rollout.PhaseCurrent {
-			return true
+// servedOutside counts the nodes outside assigned (other pools) that serve the target of id.
+func servedOutside(t rollout.Target, runtimes map[string]*brewletv1.NodeRuntime, id string, assigned []*corev1.Node) int {
+	mine := make(map[string]bool, len(assigned))
+	for _, n := range assigned {
+		mine[n.Name] = true
+	}
+	served := 0
+	for name, nrt := range runtimes {
+		if e := report(nrt, id); !mine[name] && e != nil && rollout.PhaseOf(t, rollout.Node{Report: e}) == rollout.PhaseCurrent {
+			served++
 		}
 	}
-	return false
+	return served
 }
 
 func report(nrt *brewletv1.NodeRuntime, id string) *brewletv1.NodeRuntimeEntry {

@@ -66,8 +66,8 @@ func PolicyOf(r *brewletv1.RolloutPolicy, poolSize int) Policy {
 type Target struct {
 	Epoch      types.UID
 	Generation int64
-	// Served: some node of the fleet, in this pool or another, serves the target (Halted).
-	Served bool
+	// ServedElsewhere counts the nodes of other pools that serve the target (Halted).
+	ServedElsewhere int
 }
 
 // Node is one assigned node as read: the allowed generation its NodeRuntime spec holds for
@@ -117,7 +117,7 @@ type Decision struct {
 	// the allowance stays, now+NodeTimeout when it is raised.
 	InstallBy map[string]*metav1.Time
 	Phases    map[string]Phase
-	// Halted: more than MaxFailures nodes failed the target and none serves it (Halted); no
+	// Halted: more than MaxFailures nodes failed the target, more than serve it (Halted); no
 	// further node is allowed it.
 	Halted bool
 	// Failed are the nodes that failed the target, sorted.
@@ -176,13 +176,14 @@ func StuckReason(n Node) vocab.Reason {
 	return vocab.ReasonNodeTimedOut
 }
 
-// Halted reports whether the target's content stands refused: more nodes failed it than
-// the budget allows, and no node serves it. A refusal of content is a verdict on bytes every
-// node checks alike, so a target some node installed and serves is not bad content: failures
-// beside it are the failing nodes' own (a broken or lying node, another platform's image),
-// which keep their generation and are excluded, and cannot stop the fleet's patch however
-// many of the budget they claim.
-func Halted(failed, current int, p Policy) bool { return failed > p.MaxFailures && current == 0 }
+// Halted reports whether the target's content stands refused: more nodes failed it than the
+// budget allows, and more nodes failed it than serve it. A refusal of content is a verdict on
+// bytes every node checks alike, so nodes' reports can only disagree when some are broken or
+// lie: the larger side is believed. One or two nodes claiming failures cannot stop a patch the
+// rest of the fleet serves (they keep their generation and are excluded), and one node claiming
+// to serve a digest the others refuse cannot keep it rolling (restarted pods would otherwise
+// be steered off every node that refused it, onto the one that claims it).
+func Halted(failed, current int, p Policy) bool { return failed > p.MaxFailures && failed > current }
 
 // Decide lets waiting nodes through in waves: as many as MaxUnavailable minus the nodes
 // installing now, in name order (stable, so a pass repeated over the same reads decides
@@ -251,9 +252,7 @@ func Decide(t Target, nodes []Node, p Policy, now time.Time) Decision {
 		}
 	}
 	slices.Sort(d.Failed)
-	if t.Served {
-		current++ // served in another pool: the same bytes passed there
-	}
+	current += t.ServedElsewhere // the same bytes passed in other pools
 	d.Halted = Halted(len(d.Failed), current, p)
 	slices.SortFunc(waiting, func(a, b Node) int {
 		switch {

@@ -108,21 +108,29 @@ func TestDecide(t *testing.T) {
 			map[string]int64{"a": 3, "b": 2}, false},
 		{"available counts as current", tgt, []Node{{Name: "a", Allowed: 3, Report: rep(3, "Available")}, {Name: "b", Report: rep(2, "Available")}}, one,
 			map[string]int64{"a": 3, "b": 3}, false},
-		// A content verdict is the same on every node: a target one node serves is not bad
-		// content, and nodes claiming otherwise (lying, broken, another platform) stop no one.
-		{"failures over the budget beside a node serving the target do not halt", tgt,
+		// A content verdict is the same on every node: when reports disagree, the larger
+		// side is believed. A few nodes claiming failures stop no patch the rest serves...
+		{"failures over the budget beside more nodes serving the target do not halt", tgt,
 			[]Node{{Name: "a", Allowed: 3, Report: rep(3, "Failed")}, {Name: "b", Allowed: 3, Report: rep(3, "Failed")},
-				{Name: "c", Allowed: 3, Report: rep(3, "Ready")}, {Name: "d", Report: rep(2, "Ready")}},
+				{Name: "c", Allowed: 3, Report: rep(3, "Ready")}, {Name: "d", Allowed: 3, Report: rep(3, "Ready")},
+				{Name: "e", Allowed: 3, Report: rep(3, "Ready")}, {Name: "f", Report: rep(2, "Ready")}},
 			Policy{MaxUnavailable: 1, MaxFailures: 1},
-			map[string]int64{"a": 3, "b": 3, "c": 3, "d": 3}, false},
-		{"failures over the budget while another pool serves the target do not halt", Target{Epoch: "e1", Generation: 3, Served: true},
+			map[string]int64{"a": 3, "b": 3, "c": 3, "d": 3, "e": 3, "f": 3}, false},
+		{"failures over the budget while more nodes of other pools serve the target do not halt", Target{Epoch: "e1", Generation: 3, ServedElsewhere: 3},
 			[]Node{{Name: "a", Allowed: 3, Report: rep(3, "Failed")}, {Name: "b", Allowed: 3, Report: rep(3, "Failed")}, {Name: "c", Report: rep(2, "Ready")}},
 			Policy{MaxUnavailable: 1, MaxFailures: 1},
 			map[string]int64{"a": 3, "b": 3, "c": 3}, false},
-		{"maxFailures 0 beside a node serving the target does not halt", tgt,
-			[]Node{{Name: "a", Allowed: 3, Report: rep(3, "Failed")}, {Name: "b", Allowed: 3, Report: rep(3, "Ready")}, {Name: "c", Report: rep(2, "Ready")}},
+		{"maxFailures 0: one failure beside two serving nodes does not halt", tgt,
+			[]Node{{Name: "a", Allowed: 3, Report: rep(3, "Failed")}, {Name: "b", Allowed: 3, Report: rep(3, "Ready")},
+				{Name: "c", Allowed: 3, Report: rep(3, "Ready")}, {Name: "d", Report: rep(2, "Ready")}},
 			Policy{MaxUnavailable: 1, MaxFailures: 0},
-			map[string]int64{"a": 3, "b": 3, "c": 3}, false},
+			map[string]int64{"a": 3, "b": 3, "c": 3, "d": 3}, false},
+		// ...and one node claiming to serve a digest the others refuse keeps it from none.
+		{"failures outnumbering the nodes serving the target halt", tgt,
+			[]Node{{Name: "a", Allowed: 3, Report: rep(3, "Failed")}, {Name: "b", Allowed: 3, Report: rep(3, "Failed")},
+				{Name: "c", Allowed: 3, Report: rep(3, "Ready")}, {Name: "d", Report: rep(2, "Ready")}},
+			Policy{MaxUnavailable: 1, MaxFailures: 1},
+			map[string]int64{"a": 3, "b": 3, "c": 3, "d": 2}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := Decide(tc.target, tc.nodes, tc.pol, now)
