@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -230,4 +231,40 @@ func TestContainerdHandlerRegistration(t *testing.T) {
 			t.Fatal("a version 1 config was modified")
 		}
 	})
+}
+
+// The brewlet handler runs runc itself: a handler whose BinaryName is a wrapper runtime (one
+// that could add hooks, devices or mounts after the shim's checks) is refused at the first
+// task with ContainerdConfigFailed naming it, and the wrapper never runs.
+func TestHandlerRefusesAWrapperRuntime(t *testing.T) {
+	n := framework.StartNodeWith(t, framework.NodeOptions{WithoutBrewletHandler: true, ImportsDir: true})
+	ctx := context.Background()
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "ran")
+	wrapper := filepath.Join(dir, "container-runtime-wrapper")
+	script := "#!/bin/sh\necho \"$@\" >> " + ran + "\nexec " + framework.Tool(t, "runc") + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dropIn := fmt.Sprintf(`version = 3
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.brewlet]
+runtime_type = %q
+pod_annotations = [%q]
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.brewlet.options]
+BinaryName = %q
+Root = %q
+`, vocab.ShimRuntimeType, vocab.PodAnnotationPassthrough, wrapper, filepath.Join(n.Dir, "runc"))
+	if err := os.WriteFile(filepath.Join(n.ImportsDir, "50-wrapper.toml"), []byte(dropIn), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.RestartContainerd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err := n.RunPod(ctx, n.PodConfig("wrapped", nil), "brewlet")
+	if err == nil || !strings.Contains(err.Error(), string(vocab.ReasonContainerdConfigFailed)) || !strings.Contains(err.Error(), wrapper) {
+		t.Fatalf("a pod on a handler whose BinaryName is a wrapper: %v; want ContainerdConfigFailed naming it", err)
+	}
+	if b, _ := os.ReadFile(ran); len(b) != 0 {
+		t.Fatalf("the wrapper ran: %s", b)
+	}
 }
