@@ -118,6 +118,29 @@ func TestShimSeccompForNoCapabilities(t *testing.T) {
 			t.Errorf("refusal does not name the call: %v", err)
 		}
 	})
+
+	// Profiles that look closed and are not: unshare handed to a tracer (a process may trace
+	// its own child and let the call through), and unshare "without CLONE_NEWUSER" judged on
+	// an argument unshare does not have (a register the caller fills).
+	for name, rule := range map[string]string{
+		"a Localhost profile tracing unshare is refused": `{"names":["unshare"],"action":"SCMP_ACT_TRACE"}`,
+		"a Localhost profile judging unshare by a register it does not read is refused": `{"names":["unshare"],"action":"SCMP_ACT_ALLOW","args":[{"index":1,"value":268435456,"valueTwo":0,"op":"SCMP_CMP_MASKED_EQ"}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			prof := filepath.Join(t.TempDir(), "profile.json")
+			body := `{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read","write"],"action":"SCMP_ACT_ALLOW"},` + rule + `]}`
+			if err := os.WriteFile(prof, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err := d.startIn(t, nil, nil, func(c *runtimeapi.ContainerConfig) {
+				c.Linux.SecurityContext.Seccomp = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: prof}
+			})
+			expectReason(t, err, vocab.ReasonPrivilegeNotSupported)
+			if !strings.Contains(err.Error(), "lets unshare run") {
+				t.Errorf("refusal does not name the call: %v", err)
+			}
+		})
+	}
 }
 
 // pushBusyboxApp pushes an application whose only layer holds a static busybox at
