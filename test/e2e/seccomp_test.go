@@ -123,7 +123,7 @@ func TestShimSeccompForNoCapabilities(t *testing.T) {
 	// its own child and let the call through), and unshare "without CLONE_NEWUSER" judged on
 	// an argument unshare does not have (a register the caller fills).
 	for name, rule := range map[string]string{
-		"a Localhost profile tracing unshare is refused": `{"names":["unshare"],"action":"SCMP_ACT_TRACE"}`,
+		"a Localhost profile tracing unshare is refused":                                `{"names":["unshare"],"action":"SCMP_ACT_TRACE"}`,
 		"a Localhost profile judging unshare by a register it does not read is refused": `{"names":["unshare"],"action":"SCMP_ACT_ALLOW","args":[{"index":1,"value":268435456,"valueTwo":0,"op":"SCMP_CMP_MASKED_EQ"}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
