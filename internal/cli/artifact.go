@@ -147,7 +147,7 @@ func (o *pushOpts) run(cmd *cobra.Command, refStr string) error {
 	}
 	wait()
 	if err != nil {
-		return registry.CLIHints.Classify(fmt.Errorf("push %s: %w", ref, err), ref.Context().RegistryStr())
+		return registry.CLIHints.Classify(fmt.Errorf("push %s: %w", ref, err), ref.Context().RegistryStr(), "")
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%s@%s\n", ref.Context().Name(), digest)
 	return nil
@@ -165,7 +165,7 @@ func fetchImages(cmd *cobra.Command, refStr string, insecure bool) ([]v1.Image, 
 	}
 	desc, err := remote.Get(ref, opts...)
 	if err != nil {
-		return nil, registry.CLIHints.Classify(fmt.Errorf("fetch %s: %w", ref, err), ref.Context().RegistryStr())
+		return nil, registry.CLIHints.Classify(fmt.Errorf("fetch %s: %w", ref, err), ref.Context().RegistryStr(), "")
 	}
 	if !desc.MediaType.IsIndex() {
 		img, err := desc.Image()

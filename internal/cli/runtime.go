@@ -122,7 +122,7 @@ func (o *runtimeBuildOpts) run(cmd *cobra.Command, refStr string) error {
 	err = remote.Write(ref, img, opts...)
 	wait()
 	if err != nil {
-		return registry.CLIHints.Classify(fmt.Errorf("push %s: %w", ref, err), ref.Context().RegistryStr())
+		return registry.CLIHints.Classify(fmt.Errorf("push %s: %w", ref, err), ref.Context().RegistryStr(), "")
 	}
 	d, err := img.Digest()
 	if err != nil {

@@ -62,9 +62,13 @@ func (b Builder) Build(ctx context.Context, c Component, platforms []v1.Platform
 	if len(c.Packages) == 0 || len(platforms) == 0 {
 		return nil, fmt.Errorf("component %q: no packages or platforms", c.Name)
 	}
+	bundle, err := CABundle(cmp.Or(b.CADir, DebianCADir))
+	if err != nil {
+		return nil, err
+	}
 	imgs := make([]v1.Image, 0, len(platforms))
 	for _, p := range platforms {
-		img, err := b.image(ctx, c, p)
+		img, err := b.image(ctx, c, p, bundle)
 		if err != nil {
 			return nil, err
 		}
@@ -73,7 +77,7 @@ func (b Builder) Build(ctx context.Context, c Component, platforms []v1.Platform
 	return ociimage.BuildIndex(imgs, platforms), nil
 }
 
-func (b Builder) image(ctx context.Context, c Component, p v1.Platform) (v1.Image, error) {
+func (b Builder) image(ctx context.Context, c Component, p v1.Platform, bundle []byte) (v1.Image, error) {
 	root, err := os.MkdirTemp("", "brewlet-image-")
 	if err != nil {
 		return nil, err
@@ -92,10 +96,6 @@ func (b Builder) image(ctx context.Context, c Component, p v1.Platform) (v1.Imag
 	}
 	etc := filepath.Join(root, "etc")
 	if err := writeAccounts(etc); err != nil {
-		return nil, err
-	}
-	bundle, err := CABundle(cmp.Or(b.CADir, DebianCADir))
-	if err != nil {
 		return nil, err
 	}
 	if err := writeFile(filepath.Join(root, CABundlePath), bundle); err != nil {

@@ -144,7 +144,7 @@ ca = %q
 	for _, s := range sources {
 		ref, _ := s.Digest("runtimes/x", dg.String())
 		_, err := remote.Get(ref, remote.WithTransport(s.Transport))
-		if err = Classify(err, s.Host); vocab.ReasonOf(err) != vocab.ReasonRegistryCertificateInvalid {
+		if err = NodeHints.Classify(err, s.Host, ""); vocab.ReasonOf(err) != vocab.ReasonRegistryCertificateInvalid {
 			t.Errorf("%s with another host's CA: %v; want RegistryCertificateInvalid", s.Host, err)
 		}
 	}

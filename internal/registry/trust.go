@@ -143,21 +143,11 @@ var CLIHints = Hints{
 	Credentials: "log in to %s (docker login, or a credential helper in the Docker config) or check the credentials",
 }
 
-// Classify is NodeHints.Classify.
-func Classify(err error, host string) error { return NodeHints.Classify(err, host) }
-
-// ClassifyFrom is Classify for credentials that came from source (a credential provider),
-// which a refusal then names.
-func ClassifyFrom(err error, host, source string) error {
-	return NodeHints.classify(err, host, source)
-}
-
 // Classify turns what a registry call's error says about the registry's identity or the
 // client's credentials into a typed reason naming the host and what to do; any other error
-// is returned as it is. It is applied outermost, so the reason is the one users see.
-func (h Hints) Classify(err error, host string) error { return h.classify(err, host, "") }
-
-func (h Hints) classify(err error, host, source string) error {
+// is returned as it is. source, when set, names where refused credentials came from (a
+// credential provider). It is applied outermost, so the reason is the one users see.
+func (h Hints) Classify(err error, host, source string) error {
 	if err == nil {
 		return nil
 	}

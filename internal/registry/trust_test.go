@@ -152,7 +152,7 @@ func TestClassifyRegistryFailures(t *testing.T) {
 				}
 			}
 			_, err = remote.Get(ref, remote.WithContext(context.Background()), remote.WithTransport(rt))
-			err = Classify(err, hostOf(srv))
+			err = NodeHints.Classify(err, hostOf(srv), "")
 			if vocab.ReasonOf(err) != tc.reason || (tc.reason != "" && (!strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), hostOf(srv)))) {
 				t.Fatalf("got %v; want reason %q saying %q and the host", err, tc.reason, tc.says)
 			}

@@ -76,26 +76,17 @@ func gcFieldsAreNotTheAgents(t *testing.T, admin, agent client.Client) {
 	ctx := context.Background()
 	const why = "owner references or finalizers of its Node or NodeRuntime"
 	ghost := metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: "gone", UID: "00000000-0000-0000-0000-000000000000"}
-	var nrt brewletv1.NodeRuntime
-	if err := agent.Get(ctx, client.ObjectKey{Name: "n1"}, &nrt); err != nil {
-		t.Fatal(err)
+	for _, own := range []client.Object{&brewletv1.NodeRuntime{}, &corev1.Node{}} {
+		if err := agent.Get(ctx, client.ObjectKey{Name: "n1"}, own); err != nil {
+			t.Fatal(err)
+		}
+		owned := own.DeepCopyObject().(client.Object)
+		owned.SetOwnerReferences(append(owned.GetOwnerReferences(), ghost))
+		expectDenied(t, agent.Update(ctx, owned), why)
+		held := own.DeepCopyObject().(client.Object)
+		held.SetFinalizers(append(held.GetFinalizers(), "hold.example/forever"))
+		expectDenied(t, agent.Update(ctx, held), why)
 	}
-	owned := nrt.DeepCopy()
-	owned.OwnerReferences = append(owned.OwnerReferences, ghost)
-	expectDenied(t, agent.Update(ctx, owned), why)
-	held := nrt.DeepCopy()
-	held.Finalizers = append(held.Finalizers, "hold.example/forever")
-	expectDenied(t, agent.Update(ctx, held), why)
-	var node corev1.Node
-	if err := agent.Get(ctx, client.ObjectKey{Name: "n1"}, &node); err != nil {
-		t.Fatal(err)
-	}
-	ownedNode := node.DeepCopy()
-	ownedNode.OwnerReferences = append(ownedNode.OwnerReferences, ghost)
-	expectDenied(t, agent.Update(ctx, ownedNode), why)
-	heldNode := node.DeepCopy()
-	heldNode.Finalizers = append(heldNode.Finalizers, "hold.example/forever")
-	expectDenied(t, agent.Update(ctx, heldNode), why)
 
 	// Created anew (an administrator deleted it): owned by its own Node, nothing else.
 	if err := admin.Delete(ctx, &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}); err != nil {

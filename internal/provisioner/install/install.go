@@ -150,7 +150,7 @@ func (in *Installer) Install(ctx context.Context, req Request) (*Result, error) 
 			sctx, scancel = context.WithTimeout(dctx, share)
 		}
 		res, err := in.installFrom(sctx, req, cand, src.transport)
-		err = registry.ClassifyFrom(err, host, in.credentialSource(cand))
+		err = registry.NodeHints.Classify(err, host, in.credentialSource(cand))
 		timedOut := sctx.Err() != nil
 		scancel()
 		if err == nil {

@@ -82,19 +82,13 @@ func (k *Keychain) ResolveContext(ctx context.Context, r authn.Resource) (authn.
 				"the node's credential provider %s gave no credentials for %s; check the plugin's configuration and its access (it runs as the kubelet runs it)", p.Name, r.RegistryStr())
 		}
 		if c, ok := best(auth, image); ok {
-			return &Source{Authenticator: authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.Password}), Provider: p.Name}, nil
+			return authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.Password}), nil
 		}
 	}
 	if k.Fallback == nil {
 		return authn.Anonymous, nil
 	}
 	return authn.Resolve(ctx, k.Fallback, r)
-}
-
-// Source is credentials with the provider that gave them, for messages.
-type Source struct {
-	authn.Authenticator
-	Provider string
 }
 
 // ProviderOf names the provider that would answer for image ("" when none matches).
