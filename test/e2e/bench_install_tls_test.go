@@ -24,19 +24,26 @@ import (
 	"brewlet.sh/brewlet/test/framework"
 )
 
-// copyTo copies refs (digest references on a plain-HTTP loopback registry) to a TLS registry
-// that requires credentials, under the same repository paths.
+// copyTo copies the runtime images refs name from the test binary's image store (where
+// buildRuntimes keeps every set it built) to a TLS registry that requires credentials, under
+// the same repository paths.
 func copyTo(t *testing.T, refs map[string]string, reg *framework.Registry, user, password string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for k, ref := range refs {
-		src, err := name.NewDigest(ref, name.Insecure)
+		src, err := name.NewDigest(ref)
 		if err != nil {
 			t.Fatal(err)
 		}
-		img, err := remote.Image(src)
+		h, err := v1.NewHash(src.DigestStr())
 		if err != nil {
 			t.Fatal(err)
+		}
+		runtimeImages.Lock()
+		img, err := runtimeImages.store.Image(h)
+		runtimeImages.Unlock()
+		if err != nil {
+			t.Fatalf("%s is not in the image store: %v", ref, err)
 		}
 		dst, err := name.NewDigest(reg.Addr + "/" + src.RepositoryStr() + "@" + src.DigestStr())
 		if err != nil {

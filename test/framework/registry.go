@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/http"
@@ -39,6 +40,7 @@ type Registry struct {
 	// With TLS: the registry's own CA (in no system store) and its PEM file.
 	CA     *testca.CA
 	CAFile string
+	tls    *tls.Config
 }
 
 // RegistryOptions shape a standalone registry.
@@ -98,7 +100,16 @@ func StartRegistryOpts(t TB, o RegistryOptions) *Registry {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tlsCfg = &registryTLS{cert: cert, key: key, ca: ca}
+		leafCert, err := x509.ParseCertificate(mustPEM(t, l.CertPEM))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.tls = &tls.Config{RootCAs: x509.NewCertPool(), MinVersion: tls.VersionTLS12,
+			// Verified at a moment its certificate is valid: tests serving an expired one still
+			// push their content through a checked chain.
+			Time: func() time.Time { return leafCert.NotBefore.Add(time.Minute) }}
+		r.tls.RootCAs.AddCert(ca.Cert)
+		tlsCfg = &registryTLS{cert: cert, key: key, client: r.tls}
 	}
 	addr, p, err := startRegistryIn(t, in, "127.0.0.1", extra, tlsCfg)
 	if err != nil {
@@ -131,17 +142,23 @@ func (r *Registry) SetPassword(user, password string) error {
 // Transport reaches the registry: over TLS with its CA trusted when it serves TLS (the
 // registry client would pick plain HTTP for a loopback address by itself).
 func (r *Registry) Transport() http.RoundTripper {
-	if r.CA == nil {
+	if r.tls == nil {
 		return http.DefaultTransport
 	}
-	pool := x509.NewCertPool()
-	pool.AddCert(r.CA.Cert)
-	return registry.RequireTLS(&http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}, false)
+	return registry.RequireTLS(&http.Transport{TLSClientConfig: r.tls.Clone()}, false)
+}
+
+func mustPEM(t TB, b []byte) []byte {
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		t.Fatal("no PEM block in an issued certificate")
+	}
+	return blk.Bytes
 }
 
 type registryTLS struct {
 	cert, key string
-	ca        *testca.CA
+	client    *tls.Config // what readiness checks the served certificate with
 }
 
 func startRegistryIn(t TB, in *Instance, host, auth string, tlsCfg *registryTLS) (string, *Process, error) {
@@ -151,8 +168,7 @@ func startRegistryIn(t TB, in *Instance, host, auth string, tlsCfg *registryTLS)
 	if tlsCfg != nil {
 		scheme = "https"
 		httpTLS = fmt.Sprintf("  tls:\n    certificate: %s\n    key: %s\n", tlsCfg.cert, tlsCfg.key)
-		// Readiness asks over TLS without judging the certificate: tests serve expired ones.
-		client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // readiness only
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg.client.Clone()}}
 	}
 	body := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n%s%s",
 		filepath.Join(in.Dir, "registry"), addr, httpTLS, auth)

@@ -26,7 +26,8 @@ type CA struct {
 	serial atomic.Int64
 }
 
-// New creates a CA named name, valid from an hour ago for 30 days.
+// New creates a CA named name, valid from 30 days ago for 30 days more (leaves it issued
+// in the past, expired ones included, verify at a moment within their own validity).
 func New(name string) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -35,7 +36,7 @@ func New(name string) (*CA, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
+		NotBefore:             time.Now().Add(-30 * 24 * time.Hour),
 		NotAfter:              time.Now().Add(30 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
