@@ -33,6 +33,13 @@ type RuntimeImageSpec struct {
 	// +kubebuilder:default=false
 	Revoked bool `json:"revoked,omitempty"`
 
+	// Verification requires every digest of this ID to be signed before brewlet-operator
+	// approves it and before any node installs it: a Sigstore bundle attached to the digest
+	// (an OCI referrer) by one of these keys. The cluster's signature keys, when the chart
+	// sets them, are required as well and cannot be lifted here (docs/signatures.md).
+	// +optional
+	Verification *Verification `json:"verification,omitempty"`
+
 	// Paused holds this runtime's rotation where it is: no further node is allowed a newer
 	// generation (nodes already allowed one finish it) and no further workload restart
 	// starts (restarts in progress finish). Authorization is unaffected: a paused runtime
@@ -49,6 +56,17 @@ type RuntimeImageSource struct {
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*(:[0-9]+)?(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)+@sha256:[a-f0-9]{64}$')",message="source.image must be registry/repository@sha256:<64 lowercase hex digits>; tags are not accepted, pin the image by digest (for example with 'crane digest')"
 	Image string `json:"image"`
+}
+
+// Verification names who must have signed a runtime digest.
+type Verification struct {
+	// PublicKeys are PEM public keys (ECDSA, RSA or Ed25519, "-----BEGIN PUBLIC KEY-----"),
+	// one per entry; a signature by any one of them meets the requirement.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=4096
+	// +listType=atomic
+	PublicKeys []string `json:"publicKeys"`
 }
 
 // RuntimeUser is a non-root numeric identity.

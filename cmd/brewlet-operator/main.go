@@ -56,6 +56,12 @@ func main() {
 		return nil
 	})
 	flag.DurationVar(&o.NodeStaleAfter, "node-stale-after", runtimeimage.DefaultStaleAfter, "a node whose agent has not renewed its Lease for this long (on this process's clock) is not reporting: its containers show current=false and its report proves nothing for restarts (at least 10s; agents renew theirs every 3s)")
+	flag.StringVar(&o.SignatureKeys, "signature-keys", "", "a file of PEM public keys; every RuntimeImage digest must be signed by one of them before it is approved (chart value verification.publicKeys; empty: only what spec.verification requires)")
+	flag.Func("registry-ca-file", "a PEM file of authorities trusted for registries besides the system's, for reading signatures (repeatable; chart value registry.caBundle)", func(v string) error {
+		o.RegistryCAFiles = append(o.RegistryCAFiles, v)
+		return nil
+	})
+	flag.BoolVar(&o.InsecureRegistries, "insecure-registries", false, "allow plain HTTP to non-loopback registries when reading signatures")
 	flag.IntVar(&o.Admission.Port, "webhook-port", 9443, "serve pod admission (HTTPS) on this port (0: off)")
 	flag.StringVar(&o.Admission.Host, "webhook-host", "", "serve pod admission on this address (default: all)")
 	flag.StringVar(&o.Admission.CertDir, "webhook-cert-dir", "", "write the pod admission serving certificate here (default: <tmp>/k8s-webhook-server/serving-certs)")

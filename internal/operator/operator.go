@@ -30,6 +30,8 @@ import (
 	"brewlet.sh/brewlet/internal/operator/restarts"
 	"brewlet.sh/brewlet/internal/operator/retirement"
 	"brewlet.sh/brewlet/internal/operator/runtimeimage"
+	"brewlet.sh/brewlet/internal/registry"
+	"brewlet.sh/brewlet/internal/signature"
 )
 
 // DefaultLeaderElectionID is the name of the coordination Lease the replicas compete for.
@@ -70,6 +72,31 @@ type Options struct {
 	NodeStaleAfter time.Duration
 	// RotationRestarts restarts opted-in workloads after a rotation (off by default).
 	RotationRestarts restarts.Options
+	// SignatureKeys is a file of PEM public keys: when set, every RuntimeImage digest must
+	// be signed by one of them before it is approved (chart value verification.publicKeys).
+	SignatureKeys string
+	// RegistryCAFiles are authorities trusted for registries besides the system's, and
+	// InsecureRegistries allows plain HTTP beyond loopback: for reading signatures.
+	RegistryCAFiles    []string
+	InsecureRegistries bool
+}
+
+// signatureChecker builds the RuntimeImage controller's signature checker from o.
+func signatureChecker(o Options) (*runtimeimage.SignatureChecker, error) {
+	c := &runtimeimage.SignatureChecker{Insecure: o.InsecureRegistries}
+	if o.SignatureKeys != "" {
+		r, err := signature.LoadKeyFile(signature.ClusterSource, o.SignatureKeys)
+		if err != nil {
+			return nil, err
+		}
+		c.Cluster = &r
+	}
+	opts, err := registry.ClientOptions(context.Background(), o.InsecureRegistries, o.RegistryCAFiles)
+	if err != nil {
+		return nil, err
+	}
+	c.Remote = opts
+	return c, nil
 }
 
 // Scheme returns the types the operator reads and writes.
@@ -159,7 +186,11 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (manager.Manager, err
 	if err := beats.Start(ctx, mgr.GetCache()); err != nil {
 		return nil, fmt.Errorf("agent Lease informer: %w", err)
 	}
-	if err := runtimeimage.Setup(ctx, mgr, o.SkipNameValidation, beats); err != nil {
+	sigs, err := signatureChecker(o)
+	if err != nil {
+		return nil, fmt.Errorf("signature verification: %w", err)
+	}
+	if err := runtimeimage.Setup(ctx, mgr, o.SkipNameValidation, beats, sigs); err != nil {
 		return nil, fmt.Errorf("RuntimeImage controller: %w", err)
 	}
 	if err := restarts.Setup(ctx, mgr, o.RotationRestarts, beats, o.SkipNameValidation); err != nil {

@@ -34,6 +34,7 @@ import (
 	"brewlet.sh/brewlet/internal/provisioner/writer"
 	"brewlet.sh/brewlet/internal/registry"
 	"brewlet.sh/brewlet/internal/registry/credprovider"
+	"brewlet.sh/brewlet/internal/signature"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -51,6 +52,7 @@ type Options struct {
 	InsecureRegistries                         bool
 	RegistryCAFiles                            []string // authorities trusted besides the system's
 	RegistryHostsDir                           string   // the node's containerd certs.d ("" none)
+	SignatureKeys                              string   // the cluster's signature keys, a PEM file ("" none)
 	// The node's kubelet credential providers (node paths): the CredentialProviderConfig
 	// and the plugins' directory.
 	CredentialProviderConfig, CredentialProviderBinDir string
@@ -121,10 +123,18 @@ func Main(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	var sigKeys *signature.Requirement
+	if o.SignatureKeys != "" {
+		r, err := signature.LoadKeyFile(signature.ClusterSource, o.SignatureKeys)
+		if err != nil {
+			return fmt.Errorf("--signature-keys (chart value verification.publicKeys): %w", err)
+		}
+		sigKeys = &r
+	}
 	a := &agent.Agent{Client: c, NodeName: o.NodeName, PodUID: types.UID(o.PodUID), Layout: layout, AuthTTL: o.AuthTTL, Period: o.Period,
 		Installer: &install.Installer{Layout: layout, Insecure: o.InsecureRegistries, Mirrors: o.Mirrors, Trust: trust, Keychain: keychain,
-			NodeHosts: registry.NodeHosts{Dir: o.RegistryHostsDir},
-			Platform:  v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}},
+			SignatureKeys: sigKeys, NodeHosts: registry.NodeHosts{Dir: o.RegistryHostsDir},
+			Platform: v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}},
 		Collector: &gc.Collector{Layout: layout, Grace: o.GCGrace, MountInfo: o.MountInfo},
 		Tasks:     &tasks.Containerd{Socket: o.ContainerdSocket},
 		HostSetup: &containerd.HostChanges{Layout: layout, Containerd: o.containerd(), ShimSource: o.ShimSource, ShimDir: o.ShimDir},

@@ -137,6 +137,13 @@ var NodeHints = Hints{
 	Credentials: "give the agent credentials for %s (the chart value provisioner.registry.credentialsSecret) or check the ones it has",
 }
 
+// OperatorHints are brewlet-operator's, which reads signatures from the runtimes'
+// repositories with the agents' CA bundle and credentials Secret.
+var OperatorHints = Hints{
+	Trust:       "add its CA with the chart value registry.caBundle, which brewlet-operator reads too",
+	Credentials: "give brewlet-operator credentials for %s (the chart value provisioner.registry.credentialsSecret, which it reads too) or check the ones it has",
+}
+
 // CLIHints are the brewlet command's.
 var CLIHints = Hints{
 	Trust:       "pass its CA with --ca-file",

@@ -100,6 +100,20 @@ const (
 	// registry's credentials, failed, timed out or answered something unusable.
 	ReasonCredentialProviderFailed Reason = "CredentialProviderFailed"
 
+	// Signatures (operator condition SignatureVerified and Approved, provisioner installs,
+	// CLI). Neither is a final verdict on the content: a signature may be attached later.
+	// SignatureMissing: no Sigstore bundle for the digest was found on any source.
+	ReasonSignatureMissing Reason = "SignatureMissing"
+	// SignatureInvalid: bundles were found, but none verifies for the digest under a key
+	// the requirement names (another key, another digest, damaged bytes), or a
+	// requirement's key cannot be read.
+	ReasonSignatureInvalid Reason = "SignatureInvalid"
+	// SignatureUnverifiable: the signatures could not be looked up (the registry did not
+	// answer); the operator keeps what it decided before and looks again.
+	ReasonSignatureUnverifiable Reason = "SignatureUnverifiable"
+	// SignatureVerified: every requirement is met (condition SignatureVerified=True).
+	ReasonSignatureVerified Reason = "SignatureVerified"
+
 	// Node integration (provisioner).
 	ReasonContainerdConfigFailed Reason = "ContainerdConfigFailed"
 	// ContainerdUnsupported: the node's containerd is a release Brewlet cannot run on (1.x:

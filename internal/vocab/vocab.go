@@ -123,6 +123,9 @@ const (
 	ConditionRotationProgressing ConditionType = "RotationProgressing"
 	ConditionRotationComplete    ConditionType = "RotationComplete"
 	ConditionOldGenerationTasks  ConditionType = "OldGenerationTasks"
+	// SignatureVerified is present only while a signature is required (spec.verification or
+	// the cluster's signature keys).
+	ConditionSignatureVerified ConditionType = "SignatureVerified"
 )
 
 // NodeProfile conditions.

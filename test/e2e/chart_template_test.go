@@ -128,8 +128,14 @@ func chartTemplateDefaults(t *testing.T) {
 		"--shim-dir": "/host/usr/local/bin", "--host-root": "/host", "--registry-hosts-dir": "/etc/containerd/certs.d"} {
 		chartWantArg(t, pc, flag, v)
 	}
-	for _, f := range []string{"--registry-mirror", "--insecure-registries", "--host-prefix", "--registry-ca-file", "--image-credential-provider-config"} {
+	for _, f := range []string{"--registry-mirror", "--insecure-registries", "--host-prefix", "--registry-ca-file", "--image-credential-provider-config", "--signature-keys"} {
 		chartNoArg(t, pc, f)
+	}
+	for _, f := range []string{"--insecure-registries", "--registry-ca-file", "--signature-keys"} {
+		chartNoArg(t, oc, f)
+	}
+	if rc.has("ConfigMap", "brewlet-signature-keys") {
+		t.Error("a signature keys ConfigMap without verification.publicKeys")
 	}
 	for _, c := range []corev1.Container{oc, pc} {
 		for _, name := range []string{"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"} {

@@ -72,8 +72,10 @@ func chartTemplateNodeSettings(t *testing.T) {
 		"--set", "registry.caBundle.configMap=corp-ca", "--set", "registry.caBundle.key=bundle.pem",
 		"--set", "proxy.httpsProxy=http://proxy.corp:3128", "--set-json", `proxy.noProxy=["10.0.0.0/8",".corp"]`,
 		"--set", "apiServer.host=api.corp",
+		"--set-json", `verification.publicKeys=[`+chartQuote(chartTestKey)+`]`,
 		"--set-json", `imagePullSecrets=["regcred"]`)...)
 	dep, ds := chartCheckCommon(t, rc, "other-ns")
+	chartCheckSignatureKeys(t, rc, dep, ds)
 	pc := ds.Spec.Template.Spec.Containers[0]
 	for flag, v := range map[string]string{"--host-prefix": "/srv/test", "--gc-grace": "10m", "--authorization-ttl": "90s",
 		"--containerd-restart": "none", "--containerd-config": "/etc/k8s/containerd/config.toml",
@@ -288,6 +290,8 @@ func chartTemplateSchema(t *testing.T) {
 		{chartPools("--set-json", `provisioner.startupTaints=["a","a"]`), "/provisioner/startupTaints'"},
 		{chartPools("--set", "registry.caBundle.configMap=ca", "--set", "registry.caBundle.secret=ca"), "/registry/caBundle'"},
 		{chartPools("--set", "registry.caBundle.key="), "/registry/caBundle/key'"},
+		{chartPools("--set", "verification.publicKeys[0]=ssh-ed25519 AAAA"), "/verification/publicKeys/0'"},
+		{chartPools("--set-json", `verification.publicKeys=[`+strings.TrimSuffix(strings.Repeat(chartQuote(chartTestKey)+",", 9), ",")+`]`), "/verification/publicKeys'"},
 		{chartPools("--set", "proxy.httpsProxy=proxy.corp:3128"), "/proxy/httpsProxy'"},
 		{chartPools("--set-json", `proxy.noProxy=["a,b"]`), "/proxy/noProxy/0'"},
 		{chartPools("--set", "provisioner.registry.hostsDir=certs.d"), "/provisioner/registry/hostsDir'"},

@@ -108,3 +108,18 @@ mounted as ca.crt.
 {{/* Brewlet's finalizers, as internal/vocab spells them (chartOperatorAttacks adds them by those names). */}}
 {{- define "brewlet.finalizerRevocation" -}}node.brewlet.sh/revocation{{- end -}}
 {{- define "brewlet.finalizerCleanup" -}}node.brewlet.sh/cleanup{{- end -}}
+
+{{/* brewlet.signatureKeysName: the ConfigMap of verification.publicKeys. */}}
+{{- define "brewlet.signatureKeysName" -}}brewlet-signature-keys{{- end -}}
+
+{{/*
+brewlet.signatureKeysVolume: verification.publicKeys as a volume of keys.pem (nothing when
+no key is set).
+*/}}
+{{- define "brewlet.signatureKeysVolume" -}}
+{{- if .Values.verification.publicKeys }}
+- name: signature-keys
+  configMap:
+    name: {{ include "brewlet.signatureKeysName" . }}
+{{- end }}
+{{- end -}}

@@ -57,14 +57,28 @@ type Decision struct {
 // offer the ID, the smallest when several do); see rotation. fresh says whether a node's
 // agent is alive (its heartbeat is recent; see observeTasks), silent whether it is known to
 // have stopped (HeartbeatClock.Silent; see rotation). fleetPause is the pause of every
-// rotation (fleetpause.Of; "" none), which holds this one as spec.paused does.
-func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFailures int, fresh, silent func(node string) bool, fleetPause string, now metav1.Time) Decision {
+// rotation (fleetpause.Of; "" none), which holds this one as spec.paused does. sig is the
+// verdict on the spec digest's signature: a digest that must be signed and is not verified
+// is never taken as a generation (see signatureApproval).
+func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFailures int, fresh, silent func(node string) bool, fleetPause string, sig Signature, now metav1.Time) Decision {
 	st := *ri.Status.DeepCopy()
 	d := Decision{Holders: Holders(ri.Name, ri.UID, reports)}
 
 	digest := DigestOf(ri.Spec.Source.Image)
+	if sig.State != SignatureNotRequired && sig.Digest != digest {
+		// A verdict on another digest says nothing about this one.
+		sig = Signature{State: SignatureUnknown, Digest: digest, Message: fmt.Sprintf("no verdict on %s yet", digest)}
+	}
+	held := sig.holds()
 	switch {
-	case st.Epoch != ri.UID:
+	case held && st.Epoch != ri.UID:
+		// The epoch's first digest is not signed yet: the epoch is recorded, no generation
+		// is (Digest stays empty, so no node has anything to install).
+		st.Epoch, st.Digest, st.Rotation = ri.UID, "", nil
+	case held:
+		// A rotation to an unsigned digest stops here: the status keeps the generation the
+		// nodes have, and the agents install only the digest the status names.
+	case st.Epoch != ri.UID || (st.Digest == "" && digest != ""):
 		// First sight of this epoch. A status carrying another epoch (restored from a
 		// backup, written by hand) is never trusted for this one, but its generation is
 		// still not reused: counting on from it keeps the number monotonic for anyone who
@@ -97,11 +111,20 @@ func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFail
 	case ri.Spec.Revoked:
 		approved.Status, approved.Reason = metav1.ConditionFalse, string(vocab.ReasonRevoked)
 		approved.Message = fmt.Sprintf("spec.revoked is true: no new container starts with %s on any node once its authorization expires; running containers keep going. Set spec.revoked to false to re-approve epoch %s", ri.Name, ri.UID)
+	case signatureApproval(ri, st, sig, digest) != nil:
+		c := signatureApproval(ri, st, sig, digest)
+		approved.Status, approved.Reason, approved.Message = c.Status, c.Reason, c.Message
 	default:
 		approved.Status, approved.Reason = metav1.ConditionTrue, string(vocab.ReasonApproved)
 		approved.Message = fmt.Sprintf("generation %d (%s) of epoch %s is approved", st.Generation, st.Digest, ri.UID)
 	}
 	meta.SetStatusCondition(&st.Conditions, approved)
+	if c := signatureCondition(ri, st, sig); c != nil {
+		c.LastTransitionTime = now
+		meta.SetStatusCondition(&st.Conditions, *c)
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, string(vocab.ConditionSignatureVerified))
+	}
 	d.NextDeadline = rotation(ri, &st, reports, maxFailures, silent, fleetPause, now)
 	d.Recheck = st.Rotation != nil && st.Rotation.RotationCompletedAt == nil && st.Rotation.Nodes != (brewletv1.RotationNodeCounts{})
 	observeTasks(ri, &st, reports, fresh, now)

@@ -53,11 +53,11 @@ func exclusionEvents(old, updated *brewletv1.RotationStatus) []Event {
 }
 
 // conditionEvents: one event per condition a human watches (Approved, RotationProgressing,
-// RotationComplete) whose status or reason changed, so a pass that changes nothing, or
+// RotationComplete, SignatureVerified) whose status or reason changed, so a pass that changes nothing, or
 // only a count in a message, records nothing. "No node reports the ID yet" is not news.
 func conditionEvents(old, updated []metav1.Condition) []Event {
 	var out []Event
-	for _, typ := range []vocab.ConditionType{vocab.ConditionApproved, vocab.ConditionRotationProgressing, vocab.ConditionRotationComplete} {
+	for _, typ := range []vocab.ConditionType{vocab.ConditionApproved, vocab.ConditionRotationProgressing, vocab.ConditionRotationComplete, vocab.ConditionSignatureVerified} {
 		n := meta.FindStatusCondition(updated, string(typ))
 		if n == nil || n.Reason == string(vocab.ReasonNoNodes) {
 			continue
@@ -70,7 +70,7 @@ func conditionEvents(old, updated []metav1.Condition) []Event {
 		}
 		e := Event{Type: corev1.EventTypeNormal, Reason: vocab.Reason(n.Reason), Message: n.Message}
 		switch vocab.Reason(n.Reason) {
-		case vocab.ReasonRevoked, vocab.ReasonDeleting, vocab.ReasonRotationHalted:
+		case vocab.ReasonRevoked, vocab.ReasonDeleting, vocab.ReasonRotationHalted, vocab.ReasonSignatureMissing, vocab.ReasonSignatureInvalid, vocab.ReasonSignatureUnverifiable:
 			e.Type = corev1.EventTypeWarning
 		}
 		out = append(out, e)

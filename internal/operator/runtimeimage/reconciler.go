@@ -49,6 +49,9 @@ type Reconciler struct {
 	Now func() metav1.Time
 	// Recorder records events on RuntimeImages (nil: none).
 	Recorder events.EventRecorder
+	// Signatures checks the signatures RuntimeImages require (nil: only spec.verification,
+	// read with the system's trust).
+	Signatures *SignatureChecker
 	// Beats are the agents' per-node Lease renewals, the nodes' heartbeats, on the
 	// operator's clock (nil: every node counts as not reporting).
 	Beats *HeartbeatClock
@@ -150,12 +153,16 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) (time
 	if err != nil {
 		return 0, err
 	}
+	sig, sigAfter := r.Signatures.Check(ctx, ri)
 	d := Decide(ri, reports.Items, budget, func(node string) bool { return beats.Fresh(node, now.Time, r.staleAfter()) },
-		func(node string) bool { return r.Beats.Silent(node, now.Time) }, pause, now)
+		func(node string) bool { return r.Beats.Silent(node, now.Time) }, pause, sig, now)
 	nameMissingAgents(&d.Status, missing)
 	var after time.Duration
 	if len(d.Status.TaskObservations) > 0 || d.Recheck {
 		after = r.staleAfter()
+	}
+	if sigAfter > 0 && (after == 0 || sigAfter < after) {
+		after = sigAfter
 	}
 	after = rollout.Recheck(after, d.NextDeadline, now.Time)
 	if d.AddFinalizer {

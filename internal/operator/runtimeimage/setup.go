@@ -26,13 +26,14 @@ const ControllerName = "runtimeimage"
 // skipNameValidation lets a process build more than one manager (tests that restart the
 // operator in-process); controller-runtime otherwise refuses a second "runtimeimage".
 // beats times the agents' Lease renewals, the nodes' heartbeats (a renewal wakes nothing:
-// passes with old containers to show come back every StaleAfter).
-func Setup(ctx context.Context, mgr manager.Manager, skipNameValidation bool, beats *HeartbeatClock) error {
+// passes with old containers to show come back every StaleAfter). sigs checks the
+// signatures RuntimeImages require.
+func Setup(ctx context.Context, mgr manager.Manager, skipNameValidation bool, beats *HeartbeatClock, sigs *SignatureChecker) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &brewletv1.NodeRuntime{}, IndexRuntimeID, RuntimeIDs); err != nil {
 		return err
 	}
 	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("brewlet-operator"),
-		Beats: beats}
+		Beats: beats, Signatures: sigs}
 	return builder.ControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&brewletv1.RuntimeImage{}).

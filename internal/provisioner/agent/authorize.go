@@ -42,7 +42,7 @@ func (a *Agent) apply(ctx context.Context, t Target, confirmed time.Time, acted 
 	if have || t.Image == "" {
 		a.jobs.cancel(t.ID, nil) // nothing to install (a held-back rollout wave, or done)
 	} else {
-		req := install.Request{ID: t.ID, Epoch: t.Epoch, Generation: t.Generation, Image: t.Image, UID: t.UID, GID: t.GID}
+		req := install.Request{ID: t.ID, Epoch: t.Epoch, Generation: t.Generation, Image: t.Image, UID: t.UID, GID: t.GID, Verification: t.Verification}
 		a.jobs.cancel(t.ID, &req) // an install of another generation is superseded
 		running, last := a.jobs.state(req)
 		wanted := !onDemand || a.Layout.InstallRequested(t.ID)

@@ -21,6 +21,7 @@ import (
 	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/registry"
 	"brewlet.sh/brewlet/internal/registry/credprovider"
+	"brewlet.sh/brewlet/internal/signature"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -55,6 +56,10 @@ type Installer struct {
 	// failed verification, collected leftovers (log.Printf when nil).
 	Log func(format string, args ...any)
 
+	// SignatureKeys are the cluster's signature keys (nil: none): with a Request's own
+	// Verification, every digest must be signed as they require before it is installed.
+	SignatureKeys *signature.Requirement
+
 	// MayWrite, when set, is asked just before the generation's metadata is written and
 	// before current flips (the agent's writer lease); an error ends the install there.
 	MayWrite func() error
@@ -77,6 +82,9 @@ type Request struct {
 	Generation int64
 	Image      string // registry/repo@sha256:...
 	UID, GID   int64
+	// Verification is the RuntimeImage's spec.verification keys (VerificationKeys; "":
+	// none). The cluster's keys are the Installer's SignatureKeys.
+	Verification string
 }
 
 // Result reports what an install did.
@@ -129,6 +137,9 @@ func (in *Installer) Install(ctx context.Context, req Request) (*Result, error) 
 	}
 	sources, err := in.sources(ctx, req, ref)
 	if err != nil {
+		return nil, err
+	}
+	if err := in.checkSignature(dctx, req, sources); err != nil {
 		return nil, err
 	}
 	reserve := deadline / originReserve

@@ -1,0 +1,180 @@
+package signature
+
+import (
+	"context"
+	"io"
+	"log"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"brewlet.sh/brewlet/internal/vocab"
+)
+
+// pushRandom puts a random image into a registry on httptest and returns its digest
+// reference. referrers says whether the registry has the referrers API (else the tag
+// schema is the only way to find signatures).
+func pushRandom(t *testing.T, referrers bool) name.Digest {
+	t.Helper()
+	srv := httptest.NewServer(registry.New(registry.WithReferrersSupport(referrers), registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	img, err := random.Image(64, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, err := name.NewTag(strings.TrimPrefix(srv.URL, "http://")+"/runtimes/python:1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(tag, img); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := img.Digest()
+	return tag.Context().Digest(d.String())
+}
+
+func requirement(t *testing.T, source string, signers ...*Signer) Requirement {
+	t.Helper()
+	var pems []string
+	for _, s := range signers {
+		p, err := s.PublicPEM()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pems = append(pems, string(p))
+	}
+	r, err := ParseKeys(source, pems)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func newSigner(t *testing.T) *Signer {
+	t.Helper()
+	s, err := GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestSignFetchVerify(t *testing.T) {
+	ctx := context.Background()
+	alice, bob, carol := newSigner(t), newSigner(t), newSigner(t)
+	for _, referrers := range []bool{true, false} {
+		ref := pushRandom(t, referrers)
+		other := pushRandom(t, referrers)
+		attach := func(s *Signer, digest string) {
+			t.Helper()
+			b, err := s.Bundle(digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Attach(ctx, ref, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check := func(reqs Requirements) error {
+			t.Helper()
+			found, err := Fetch(ctx, ref)
+			if err != nil {
+				t.Fatalf("referrers=%v: Fetch: %v", referrers, err)
+			}
+			_, err = Verify("test", ref.DigestStr(), found, reqs)
+			return err
+		}
+		want := func(err error, reason vocab.Reason) {
+			t.Helper()
+			if vocab.ReasonOf(err) != reason {
+				t.Fatalf("referrers=%v: got %v; want reason %q", referrers, err, reason)
+			}
+		}
+		want(check(Requirements{requirement(t, "spec", alice)}), vocab.ReasonSignatureMissing)
+
+		// A signature of another digest, attached here, is not a signature of this one.
+		attach(alice, other.DigestStr())
+		want(check(Requirements{requirement(t, "spec", alice)}), vocab.ReasonSignatureInvalid)
+
+		// Bob's signature does not meet a requirement of Alice's key.
+		attach(bob, ref.DigestStr())
+		err := check(Requirements{requirement(t, "spec", alice)})
+		want(err, vocab.ReasonSignatureInvalid)
+		if !strings.Contains(err.Error(), alice.KeyID()) {
+			t.Fatalf("message does not name the key required: %v", err)
+		}
+		// Either key of a requirement will do; every requirement must be met.
+		if err := check(Requirements{requirement(t, "spec", alice, bob)}); err != nil {
+			t.Fatalf("referrers=%v: %v", referrers, err)
+		}
+		want(check(Requirements{requirement(t, "spec", bob), requirement(t, "cluster", carol)}), vocab.ReasonSignatureInvalid)
+		attach(carol, ref.DigestStr())
+		if err := check(Requirements{requirement(t, "spec", bob), requirement(t, "cluster", carol)}); err != nil {
+			t.Fatalf("referrers=%v: %v", referrers, err)
+		}
+	}
+}
+
+// An attestation of another predicate by the right key is not an approval.
+func TestAttestationIsNotASignature(t *testing.T) {
+	s := newSigner(t)
+	ref := pushRandom(t, true)
+	b, err := s.Bundle(ref.DigestStr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sign a statement of another predicate type with the same key.
+	other, err := statement(ref.DigestStr(), "https://slsa.dev/provenance/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, err := s.bundleOf(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Verify("test", ref.DigestStr(), []Found{{Manifest: "sha256:x", Bundle: ob}}, Requirements{requirement(t, "spec", s)})
+	if vocab.ReasonOf(err) != vocab.ReasonSignatureInvalid || !strings.Contains(err.Error(), "attestation") {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := Verify("test", ref.DigestStr(), []Found{{Manifest: "sha256:x", Bundle: b}}, Requirements{requirement(t, "spec", s)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseKeysRefusesWhatIsNotAKey(t *testing.T) {
+	good, _ := newSigner(t).PublicPEM()
+	priv, _ := newSigner(t).PrivatePEM()
+	for name, pems := range map[string][]string{
+		"none":              nil,
+		"garbage":           {"not a key"},
+		"a private key":     {string(priv)},
+		"two keys in one":   {string(good) + string(good)},
+		"one good, one bad": {string(good), "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"},
+		"too many":          {string(good), string(good), string(good), string(good), string(good), string(good), string(good), string(good), string(good)},
+	} {
+		if _, err := ParseKeys("spec", pems); vocab.ReasonOf(err) != vocab.ReasonSignatureInvalid {
+			t.Errorf("%s: got %v", name, err)
+		}
+	}
+}
+
+func FuzzVerify(f *testing.F) {
+	s, _ := GenerateKey()
+	d := "sha256:" + strings.Repeat("ab", 32)
+	b, _ := s.Bundle(d)
+	f.Add(b)
+	f.Add([]byte(`{"mediaType":"application/vnd.dev.sigstore.bundle.v0.3+json"}`))
+	pub, _ := s.PublicPEM()
+	req, _ := ParseKeys("fuzz", []string{string(pub)})
+	f.Fuzz(func(t *testing.T, bundle []byte) {
+		_, err := Verify("fuzz", d, []Found{{Manifest: "sha256:x", Bundle: bundle}}, Requirements{req})
+		if err != nil && vocab.ReasonOf(err) == "" {
+			t.Fatalf("untyped refusal: %v", err)
+		}
+	})
+}

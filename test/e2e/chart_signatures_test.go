@@ -1,0 +1,54 @@
+package e2e
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// chartTestKey is an ECDSA P-256 public key for rendering tests (no private key exists).
+const chartTestKey = `-----BEGIN PUBLIC KEY-----
+MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE6ZR2N2XhXbVrn7tcEHvhccBqu57x
+tDEgkKLHhaFdjES/m0g38dVm4QLO8Xw+MmGsSWl7S5PL+ruFdYmiJyWo9Q==
+-----END PUBLIC KEY-----
+`
+
+func chartQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// chartCheckSignatureKeys: verification.publicKeys reach both components from one
+// ConfigMap, read-only; brewlet-operator also gets the registry CA bundle, the pull
+// credentials and the plain-HTTP switch the agents have, to read signatures.
+func chartCheckSignatureKeys(t *testing.T, rc chartObjects, dep *appsv1.Deployment, ds *appsv1.DaemonSet) {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	rc.decode(t, "ConfigMap", "brewlet-signature-keys", cm)
+	if strings.TrimSpace(cm.Data["keys.pem"]) != strings.TrimSpace(chartTestKey) {
+		t.Errorf("keys.pem %q, want the key given", cm.Data["keys.pem"])
+	}
+	oc, pc := dep.Spec.Template.Spec.Containers[0], ds.Spec.Template.Spec.Containers[0]
+	for _, pod := range []struct {
+		c    corev1.Container
+		spec corev1.PodSpec
+	}{{oc, dep.Spec.Template.Spec}, {pc, ds.Spec.Template.Spec}} {
+		chartWantArg(t, pod.c, "--signature-keys", "/etc/brewlet/signature-keys/keys.pem")
+		chartWantArg(t, pod.c, "--registry-ca-file", "/etc/brewlet/registry-ca/ca.crt")
+		chartWantArg(t, pod.c, "--insecure-registries", "")
+		if v, _ := chartEnv(pod.c, "DOCKER_CONFIG"); v != "/var/run/brewlet/registry-credentials" {
+			t.Errorf("container %s: DOCKER_CONFIG %q", pod.c.Name, v)
+		}
+		for _, path := range []string{"/etc/brewlet/signature-keys", "/etc/brewlet/registry-ca", "/var/run/brewlet/registry-credentials"} {
+			if !slices.ContainsFunc(pod.c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == path && m.ReadOnly }) {
+				t.Errorf("container %s: %s not mounted read-only: %+v", pod.c.Name, path, pod.c.VolumeMounts)
+			}
+		}
+		if !slices.ContainsFunc(pod.spec.Volumes, func(v corev1.Volume) bool {
+			return v.Name == "signature-keys" && v.ConfigMap != nil && v.ConfigMap.Name == "brewlet-signature-keys"
+		}) {
+			t.Errorf("container %s: no volume of ConfigMap brewlet-signature-keys", pod.c.Name)
+		}
+	}
+}
