@@ -184,12 +184,12 @@ func (b Builder) progress(s string) {
 
 // Push writes an index as repo:tag and returns its digest reference (repo@sha256:...), the
 // form the chart pins.
-func Push(ctx context.Context, idx v1.ImageIndex, repo, tag string, insecure bool) (string, error) {
+func Push(ctx context.Context, idx v1.ImageIndex, repo, tag string, insecure bool, extra ...remote.Option) (string, error) {
 	ref, err := registry.Reference(repo+":"+tag, insecure)
 	if err != nil {
 		return "", err
 	}
-	if err := remote.WriteIndex(ref, idx, registry.Options(ctx, insecure)...); err != nil {
+	if err := remote.WriteIndex(ref, idx, registry.Options(ctx, insecure, extra...)...); err != nil {
 		return "", fmt.Errorf("push %s: %w", ref, err)
 	}
 	d, err := idx.Digest()

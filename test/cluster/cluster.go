@@ -35,7 +35,17 @@ type Cluster struct {
 	APIHost    string `json:"apiHost"`    // the API server's address, reachable from pods
 	APIPort    int    `json:"apiPort"`
 	Registry   string `json:"registry"` // host:port of the node's loopback registry
-	NodeName   string `json:"nodeName"`
+	// The registry serves TLS with a CA of its own (RegistryCAFile, in no system store) and
+	// requires credentials, as production registries do. The kubelets get them from a
+	// credential provider plugin their CredentialProviderConfig names (the node paths below,
+	// which the chart's agent reads too); the hosts.toml in RegistryHostsDir trusts the CA.
+	RegistryCAFile           string `json:"registryCAFile"`
+	RegistryUser             string `json:"registryUser"`
+	RegistryPassword         string `json:"registryPassword"`
+	RegistryHostsDir         string `json:"registryHostsDir"`
+	CredentialProviderConfig string `json:"credentialProviderConfig"`
+	CredentialProviderBinDir string `json:"credentialProviderBinDir"`
+	NodeName                 string `json:"nodeName"`
 	// HostPrefix relocates the node's Brewlet paths (the chart's provisioner.hostPrefix; the
 	// shim gets the same prefix from containerd's environment).
 	HostPrefix       string `json:"hostPrefix"`
@@ -84,26 +94,32 @@ func StartWith(t framework.TB, o Options) *Cluster {
 	if count > 1 {
 		nopts.View, nopts.OwnNetwork = framework.NewInstance(t, "v").Dir, true
 	}
+	first := nopts
+	first.SecureRegistry = true // where every image of the cluster is pushed
 	// The first node first: the API server listens on its gateway address, where pods reach it.
-	nodes := []*framework.Node{framework.StartNodeWith(t, nopts)}
+	nodes := []*framework.Node{framework.StartNodeWith(t, first)}
+	access := nodes[0].RegistryAccess
 	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{ControllerManager: true, Scheduler: true,
 		SkipCRDs: true, Address: nodes[0].HostAddr()})
 	for len(nodes) < count {
 		n := framework.StartNodeWith(t, nopts)
-		if err := n.TrustRegistry(nodes[0].Registry); err != nil {
+		if err := n.TrustRegistry(nodes[0].Registry, access); err != nil {
 			t.Fatal(err)
 		}
 		nodes = append(nodes, n)
 	}
 	c := &Cluster{Kubeconfig: cp.Kubeconfig, APIHost: cp.Address, APIPort: cp.Port, Registry: nodes[0].Registry,
-		HostPrefix: nodes[0].Seen.HostPrefix, ContainerdConfig: nodes[0].Seen.ConfigPath, ContainerdSocket: nodes[0].Seen.Socket,
+		RegistryCAFile: access.CAFile, RegistryUser: access.User, RegistryPassword: access.Password,
+		RegistryHostsDir: filepath.Join(nodes[0].Dir, "certs.d"),
+		HostPrefix:       nodes[0].Seen.HostPrefix, ContainerdConfig: nodes[0].Seen.ConfigPath, ContainerdSocket: nodes[0].Seen.Socket,
 		Dirs: []string{cp.Dir}}
 	for _, n := range nodes {
-		kn := framework.StartKubelet(t, cp, n, framework.KubeletOptions{Labels: map[string]string{PoolKey: PoolName}})
+		kn := framework.StartKubelet(t, cp, n, framework.KubeletOptions{Labels: map[string]string{PoolKey: PoolName}, Registry: access})
 		c.Nodes = append(c.Nodes, kn)
 		c.Dirs = append(c.Dirs, kn.Dir)
 	}
 	c.Node, c.NodeName = c.Nodes[0], c.Nodes[0].NodeName
+	c.CredentialProviderConfig, c.CredentialProviderBinDir = c.Node.CredentialProviderConfig, c.Node.CredentialProviderBinDir
 	if o.AgentRegistersHandler {
 		c.ContainerdBinary = framework.Tool(t, "containerd")
 		c.ContainerdRestartCommand = nodes[0].ServeRestarts(t)
@@ -167,6 +183,9 @@ func (c *Cluster) RESTConfig() (*rest.Config, error) {
 // Healthy reports why a saved cluster cannot be reused: one of its processes is gone, the
 // API server is not ready, or the node is not Ready.
 func (c *Cluster) Healthy(ctx context.Context) error {
+	if c.RegistryCAFile == "" {
+		return fmt.Errorf("it was started by an earlier Brewlet, whose registry served plain HTTP")
+	}
 	if err := c.Gone(); err != nil {
 		return err
 	}
@@ -188,4 +207,9 @@ func (c *Cluster) Healthy(ctx context.Context) error {
 		return err
 	}
 	return framework.NodeReady(ctx, cl, c.NodeName)
+}
+
+// RegistryAccess is how a client reaches the cluster's registry (its CA and credentials).
+func (c *Cluster) RegistryAccess() *framework.RegistryAccess {
+	return framework.NewRegistryAccess(c.Registry, c.RegistryCAFile, c.RegistryUser, c.RegistryPassword)
 }

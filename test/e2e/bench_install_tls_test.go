@@ -20,6 +20,7 @@ import (
 	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/registry"
+	"brewlet.sh/brewlet/internal/signature"
 	"brewlet.sh/brewlet/test/benchratio"
 	"brewlet.sh/brewlet/test/framework"
 )
@@ -65,6 +66,7 @@ func TestBenchInstallTLS(t *testing.T) {
 	reps := envInt("BENCH_REPS", benchReps)
 	const user, password = "bench", "bench-s3cret"
 	var cold, rotation [2][]float64 // [ctr, brewlet]
+	var signed [2][]float64         // cold installs [without, with] a required signature
 	for rep := range reps {
 		t.Run(fmt.Sprintf("rep%d", rep), func(t *testing.T) {
 			n := framework.StartNode(t)
@@ -118,6 +120,36 @@ ca = "origin-ca.crt"
 				return float64(took)
 			}
 			installRep(rep, [2]func(int) float64{pull, installGen}, &cold, &rotation)
+
+			// The signature check's cost: cold installs of generation 1 into fresh layouts,
+			// one requiring the key's signature (looked up through the same mirror path and
+			// verified before any layer), one not, in alternating order.
+			signer, err := signature.GenerateKey()
+			must(t, err)
+			signWith(t, origin, signer, refs["python1"], digestOf(refs["python1"]), user, password)
+			signWith(t, mirror, signer, mirror.Addr+"/"+strings.SplitN(refs["python1"], "/", 2)[1], digestOf(refs["python1"]), user, password)
+			pub, err := signer.PublicPEM()
+			must(t, err)
+			keys, err := signature.ParseKeys("bench", []string{string(pub)})
+			must(t, err)
+			coldInto := func(keys *signature.Requirement) float64 {
+				fresh := hoststate.Under(t.TempDir())
+				in := &install.Installer{Layout: fresh, Platform: in.Platform, NodeHosts: in.NodeHosts, SignatureKeys: keys}
+				t0 := time.Now()
+				if _, err := in.Install(context.Background(), install.Request{ID: "py", Epoch: "4f2e3d1c-6b5a-4a98-9d0e-2f3a4b5c6d7e",
+					Generation: 1, Image: refs["python1"], UID: 10001, GID: 10001}); err != nil {
+					t.Fatal(err)
+				}
+				return float64(time.Since(t0))
+			}
+			ways := [2]func() float64{func() float64 { return coldInto(nil) }, func() float64 { return coldInto(&keys) }}
+			order := []int{0, 1}
+			if rep%2 == 1 {
+				order = []int{1, 0}
+			}
+			for _, w := range order {
+				signed[w] = append(signed[w], ways[w]())
+			}
 			if !strings.Contains(refs["python1"], origin.Addr) {
 				t.Fatalf("the reference %s does not name the origin", refs["python1"])
 			}
@@ -126,5 +158,6 @@ ca = "origin-ca.crt"
 	benchGuard(t, fmt.Sprintf("install through TLS, credentials and a hosts.toml mirror (CPython runtime, %d repetitions)", reps), []benchratio.Row{
 		ratioRow("install: cold, against ctr image pull + unpack (TLS, auth, mirror)", cold, dur, "≤ 0.8×"),
 		ratioRow("install: rotation (TLS, auth, mirror)", rotation, dur, "∝ changed bytes"),
+		ratioRow("install: cold with a required signature, against without (TLS, auth, mirror)", signed, dur, "≤ 1.1×"),
 	})
 }

@@ -48,15 +48,15 @@ func TestRotationAcrossTwoKubeletNodes(t *testing.T) {
 		ContainerdRestart: string(vocab.ContainerdRestartNone),
 		Rollout:           &brewletv1.RolloutPolicy{MaxUnavailable: &one}}}
 	steps := f.Steps()
-	if !strings.HasPrefix(steps[2].Name, "Install the Helm chart") || !strings.HasPrefix(steps[5].Name, "Deploy") {
-		t.Fatalf("the walk-through's steps moved: %q, %q", steps[2].Name, steps[5].Name)
+	if !strings.HasPrefix(steps[3].Name, "Install the Helm chart") || !strings.HasPrefix(steps[6].Name, "Deploy") {
+		t.Fatalf("the walk-through's steps moved: %q, %q", steps[3].Name, steps[6].Name)
 	}
-	f.Progress.Total = 6
-	for _, s := range steps[:3] { // images, runtimes, the chart
+	f.Progress.Total = 7
+	for _, s := range steps[:4] { // images, runtimes, their signatures, the chart
 		f.Do(ctx, s)
 	}
 	must(t, f.Clients.CL.Create(ctx, np))
-	for _, s := range steps[3:6] { // approve, publish, deploy
+	for _, s := range steps[4:7] { // approve, publish, deploy
 		f.Do(ctx, s)
 	}
 	eventually(t, 3*time.Minute, "both nodes serve generation 1", func() (bool, string) {

@@ -49,6 +49,8 @@ type Flow struct {
 	Images   map[string]string // component name -> repo@sha256 in the node's registry
 	Runtimes map[string]string // python1, python2 -> repo@sha256
 	AppImage string
+	// SigningKey is the PEM public key the runtimes are signed with (signRuntimes).
+	SigningKey string
 }
 
 // Progress numbers steps and prints each with its outcome and duration.
@@ -112,6 +114,7 @@ func (f *Flow) Steps() []Step {
 	return []Step{
 		{"Build Brewlet's operator and provisioner images and push them to the node's registry", f.buildImages},
 		{"Build the CPython runtime from Debian packages: bookworm (generation 1) and its security update (generation 2)", f.buildRuntimes},
+		{"Sign both generations with a key made for this cluster (the chart requires its signature)", f.signRuntimes},
 		{"Install the Helm chart (CRDs, operator, node agent on pool " + cluster.PoolName + ", admission)", f.installChart},
 		{"Approve the CPython runtime (RuntimeImage " + RuntimeID + ") for the node pool (NodeProfile " + Profile + ")", f.approveRuntime},
 		{"Publish the web app: an image holding only /app", f.publishApp},

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
@@ -24,7 +23,6 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/images"
-	"brewlet.sh/brewlet/internal/registry"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/cluster"
 	"brewlet.sh/brewlet/test/framework"
@@ -39,7 +37,7 @@ func (f *Flow) buildImages(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		ref, err := images.Push(ctx, idx, f.C.Registry+"/brewlet/"+c.Name, ImageTag, f.insecure())
+		ref, err := images.Push(ctx, idx, f.C.Registry+"/brewlet/"+c.Name, ImageTag, false, f.C.RegistryAccess().Options()...)
 		if err != nil {
 			return "", err
 		}
@@ -50,7 +48,11 @@ func (f *Flow) buildImages(ctx context.Context) (string, error) {
 }
 
 func (f *Flow) buildRuntimes(ctx context.Context) (string, error) {
-	refs, err := BuildRuntimes(ctx, f.Root, f.C.Registry, "python", f.Out)
+	env, err := f.registryEnv()
+	if err != nil {
+		return "", err
+	}
+	refs, err := BuildRuntimes(ctx, f.Root, f.C.Registry, "python", f.Out, env...)
 	if err != nil {
 		return "", err
 	}
@@ -86,10 +88,14 @@ func (f *Flow) chartValues() map[string]any {
 			// The agent's pass period is a fifth of this: a local cluster reacts in seconds.
 			"authorizationTTL": "2m",
 			"containerd":       f.containerdValues(),
-			// Nodes with a network namespace of their own reach the registry on a private
-			// address, in plain HTTP.
-			"registry": map[string]any{"insecure": f.insecure()},
+			// The registry serves TLS with a CA of its own and requires credentials: the
+			// agent trusts it through the node's hosts.toml and asks the kubelet's credential
+			// provider (the Secret is brewlet-operator's, which reads signatures).
+			"registry": map[string]any{"hostsDir": f.C.RegistryHostsDir, "credentialsSecret": RegistrySecret,
+				"credentialProviders": map[string]any{"config": f.C.CredentialProviderConfig, "binDir": f.C.CredentialProviderBinDir}},
 		},
+		"registry":     map[string]any{"caBundle": map[string]any{"configMap": RegistryCA, "secret": "", "key": "ca.crt"}},
+		"verification": map[string]any{"publicKeys": []string{f.SigningKey}},
 	}
 }
 
@@ -146,6 +152,9 @@ func (f *Flow) Kubectl(ctx context.Context, args ...string) (string, error) {
 }
 
 func (f *Flow) installChart(ctx context.Context) (string, error) {
+	if err := f.registryObjects(ctx); err != nil {
+		return "", err
+	}
 	b, err := json.MarshalIndent(f.chartValues(), "", "  ")
 	if err != nil {
 		return "", err
@@ -161,10 +170,6 @@ func (f *Flow) installChart(ctx context.Context) (string, error) {
 	out, err := f.Kubectl(ctx, "get", "deployment,daemonset", "-n", Namespace)
 	return "values: " + values + "\n" + out, err
 }
-
-// insecure: the cluster's registry is reached in plain HTTP although it is not on
-// loopback (nodes with a network namespace of their own use a private address).
-func (f *Flow) insecure() bool { return !registry.IsLoopback(f.C.Registry) }
 
 // createIfAbsent creates obj unless an object of its name exists (a second run keeps what the
 // first made).
@@ -203,7 +208,12 @@ func (f *Flow) approveRuntime(ctx context.Context) (string, error) {
 	}); err != nil {
 		return "", err
 	}
-	return f.Kubectl(ctx, "get", "nodeprofiles,runtimeimages")
+	out, err := f.Kubectl(ctx, "get", "nodeprofiles,runtimeimages")
+	if err != nil {
+		return out, err
+	}
+	signed, err := f.Kubectl(ctx, "get", "runtimeimage", RuntimeID, "-o", `jsonpath={.status.conditions[?(@.type=="SignatureVerified")].message}`)
+	return out + "\nSignatureVerified: " + signed, err
 }
 
 // WaitRotated waits until the RuntimeImage's current generation (of digest, when set) is
@@ -216,7 +226,10 @@ func (f *Flow) WaitRotated(ctx context.Context, digest string) error {
 		}
 		st := ri.Status
 		why := fmt.Sprintf("RuntimeImage %s: generation %d digest %s rotation %+v conditions %v", RuntimeID, st.Generation, st.Digest, st.Rotation, st.Conditions)
+		// The chart requires the cluster key's signature: an approval without a verified
+		// signature would mean the requirement did not reach the operator.
 		if st.Generation == 0 || (digest != "" && st.Digest != digest) || !meta.IsStatusConditionTrue(st.Conditions, string(vocab.ConditionApproved)) ||
+			!meta.IsStatusConditionTrue(st.Conditions, string(vocab.ConditionSignatureVerified)) ||
 			!meta.IsStatusConditionTrue(st.Conditions, string(vocab.ConditionRotationComplete)) || st.Rotation == nil ||
 			st.Rotation.Target.Generation != st.Generation || st.Rotation.Nodes.Current < 1 {
 			return false, why, nil
@@ -230,11 +243,15 @@ func (f *Flow) publishApp(ctx context.Context) (string, error) {
 	if err := BuildCLI(ctx, f.Root, bin); err != nil {
 		return "", err
 	}
-	cmd := exec.CommandContext(ctx, bin, "push", "--insecure="+strconv.FormatBool(f.insecure()), f.C.Registry+"/apps/"+App+":1",
+	env, err := f.registryEnv()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, bin, "push", "--ca-file="+f.C.RegistryCAFile, f.C.Registry+"/apps/"+App+":1",
 		"--layer", "app="+filepath.Join(f.Root, "examples", App)+":/app/"+App,
 		"--entrypoint", "python", "--arg", "/app/"+App+"/server.py", "--env", "PORT=8080",
 		"--requires-runtime", RuntimeID)
-	cmd.Stderr = f.Out
+	cmd.Stderr, cmd.Env = f.Out, append(os.Environ(), env...)
 	out, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("brewlet push: %w", err)

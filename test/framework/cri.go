@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -50,9 +51,14 @@ func (n *Node) RunPod(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	return r.PodSandboxId, nil
 }
 
-// Pull pulls an image through CRI from the node's registry.
+// Pull pulls an image through CRI from the node's registry, with its credentials when it
+// requires them (as the kubelet passes a pod's).
 func (n *Node) Pull(ctx context.Context, image string, pod *runtimeapi.PodSandboxConfig) error {
-	_, err := n.Images.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}, SandboxConfig: pod})
+	req := &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}, SandboxConfig: pod}
+	if a := n.RegistryAccess; a != nil && strings.HasPrefix(image, a.Addr+"/") {
+		req.Auth = &runtimeapi.AuthConfig{Username: a.User, Password: a.Password}
+	}
+	_, err := n.Images.PullImage(ctx, req)
 	return err
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -32,6 +33,10 @@ type KubeletOptions struct {
 	Labels map[string]string
 	// Node varies the node's containerd configuration.
 	Node NodeOptions
+	// Registry is a registry the kubelet gets credentials for from a credential provider
+	// plugin (test/framework/credplugin) named by its CredentialProviderConfig, as nodes get
+	// cloud registries' tokens; nil: the node's own when it requires credentials.
+	Registry *RegistryAccess
 }
 
 // KubeletNode is a Node (its own containerd, registry, bridge and cgroup parent) with a
@@ -47,6 +52,9 @@ type KubeletNode struct {
 	PodLogsDir  string
 	KubeletPort int
 	HealthzPort int
+	// CredentialProviderConfig and CredentialProviderBinDir are the kubelet's
+	// --image-credential-provider-config and -bin-dir ("" without a registry to serve).
+	CredentialProviderConfig, CredentialProviderBinDir string
 }
 
 // KernelTunables are the sysctls a kubelet with protectKernelDefaults: false sets on its
@@ -131,6 +139,7 @@ func StartKubelet(t TB, cp *ControlPlane, n *Node, opts KubeletOptions) *Kubelet
 		{"certificates and kubeconfig", func() error { return k.writeCredentials(cp) }},
 		{"shared root directory", k.sharedRootDir},
 		{"containerd sees the root directory", k.restartViewContainerd},
+		{"credential provider", func() error { return k.credentialProvider(t, opts.Registry) }},
 		{"start kubelet", func() error { return k.start(t, cp, kubeletBin, opts.Labels) }},
 		{"wait for Node Ready", func() error { return k.waitNodeReady(cp, 180*time.Second) }},
 	}
@@ -355,6 +364,10 @@ func (k *KubeletNode) start(t TB, cp *ControlPlane, bin string, labels map[strin
 	if len(lbl) > 0 {
 		args = append(args, "--node-labels="+strings.Join(lbl, ","))
 	}
+	if k.CredentialProviderConfig != "" {
+		args = append(args, "--image-credential-provider-config="+k.CredentialProviderConfig,
+			"--image-credential-provider-bin-dir="+k.CredentialProviderBinDir)
+	}
 	p, err := k.Start("kubelet", nil, k.inNetns(args)...)
 	if err != nil {
 		return err
@@ -413,3 +426,44 @@ func containingMount(path string) (string, error) {
 }
 
 func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// credentialProvider gives the kubelet credentials for reg (the node's own registry when nil
+// and it needs them) the way nodes get them for cloud registries: a CredentialProviderConfig
+// naming a plugin that speaks the kubelet's exec API. The plugin (static, so a pod can run it
+// too: the chart's agent reads the same config) answers from a password file.
+func (k *KubeletNode) credentialProvider(t TB, reg *RegistryAccess) error {
+	if reg == nil {
+		reg = k.RegistryAccess
+	}
+	if reg == nil {
+		return nil
+	}
+	dir := filepath.Join(k.Dir, "credential-providers")
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return err
+	}
+	cmd := exec.Command("go", "build", "-o", filepath.Join(bin, "brewlet-e2e-credentials"), "./test/framework/credplugin")
+	cmd.Dir, cmd.Env = RepoRoot(t), append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build the credential provider plugin: %v\n%s", err, out)
+	}
+	pw := filepath.Join(dir, "password")
+	if err := os.WriteFile(pw, []byte(reg.Password), 0o600); err != nil {
+		return err
+	}
+	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1
+kind: CredentialProviderConfig
+providers:
+- name: brewlet-e2e-credentials
+  apiVersion: credentialprovider.kubelet.k8s.io/v1
+  matchImages: [%q]
+  defaultCacheDuration: 10m
+  env:
+  - {name: CREDPLUGIN_REGISTRY, value: %q}
+  - {name: CREDPLUGIN_USER, value: %q}
+  - {name: CREDPLUGIN_PASSWORD, value: %q}
+`, reg.Addr, reg.Addr, reg.User, pw)
+	k.CredentialProviderConfig, k.CredentialProviderBinDir = filepath.Join(dir, "config.yaml"), bin
+	return os.WriteFile(k.CredentialProviderConfig, []byte(cfg), 0o644)
+}

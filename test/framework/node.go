@@ -39,17 +39,20 @@ type Node struct {
 	RegistryProc *Process
 	Runtime      runtimeapi.RuntimeServiceClient
 	Images       runtimeapi.ImageServiceClient
-	PauseImage   string // repo@digest in the registry
-	BusyboxImage string
-	ImportsDir   string   // drop-in directory, when NodeOptions.ImportsDir
-	HostPrefix   string   // root of the node's Brewlet host layout (hoststate.Under)
-	net          *nodeNet // with NodeOptions.OwnNetwork
+	// RegistryAccess is set with NodeOptions.SecureRegistry: the registry's CA and credentials.
+	RegistryAccess *RegistryAccess
+	PauseImage     string // repo@digest in the registry
+	BusyboxImage   string
+	ImportsDir     string   // drop-in directory, when NodeOptions.ImportsDir
+	HostPrefix     string   // root of the node's Brewlet host layout (hoststate.Under)
+	net            *nodeNet // with NodeOptions.OwnNetwork
 	// Seen are the node's paths as its containerd, shims, kubelet and pods see them: the
 	// same as the fields above unless NodeOptions.View relocates them.
 	Seen     NodePaths
 	conn     *grpc.ClientConn
 	opts     NodeOptions
 	restarts atomic.Int64 // by ServeRestarts
+	bridgeUp bool         // created before containerd (a registry listens on its gateway)
 }
 
 // NodeOptions vary the node's containerd configuration.
@@ -86,6 +89,12 @@ type NodeOptions struct {
 	// machines would, and one chart (one hostPrefix, one config and socket path) serves
 	// them all. "" leaves the paths as they are.
 	View string
+	// SecureRegistry: the node's registry serves TLS with a CA of its own (in no system store)
+	// and requires credentials, as production registries do (RegistryAccess). containerd
+	// trusts it through the node's hosts.toml; the sandbox image is pulled with the
+	// credentials at start (containerd itself has none), other images by their pullers
+	// (the kubelet's credential provider, Pull).
+	SecureRegistry bool
 }
 
 // NodePaths are where a node's Brewlet host layout, containerd config and socket are.
@@ -137,6 +146,7 @@ func StartNodeWith(t TB, opts NodeOptions) *Node {
 		{"start registry", n.startRegistry},
 		{"push base images", n.pushBaseImages},
 		{"start containerd", n.startContainerd},
+		{"pull the sandbox image", n.pullSandbox},
 	}
 	for _, s := range steps {
 		if err := s.fn(t); err != nil {
@@ -179,7 +189,7 @@ func (n *Node) pushBaseImages(TB) error {
 	if err != nil {
 		return err
 	}
-	if n.PauseImage, err = testimage.Push(img, n.Registry+"/e2e/pause:1"); err != nil {
+	if n.PauseImage, err = testimage.Push(img, n.Registry+"/e2e/pause:1", n.RegistryAccess.Options()...); err != nil {
 		return err
 	}
 	bl, err := testimage.BusyboxLayer()
@@ -190,12 +200,12 @@ func (n *Node) pushBaseImages(TB) error {
 	if err != nil {
 		return err
 	}
-	n.BusyboxImage, err = testimage.Push(img, n.Registry+"/e2e/busybox:1")
+	n.BusyboxImage, err = testimage.Push(img, n.Registry+"/e2e/busybox:1", n.RegistryAccess.Options()...)
 	return err
 }
 
 func (n *Node) startContainerd(t TB) error {
-	if n.opts.HostReachable && n.net == nil {
+	if n.opts.HostReachable && n.net == nil && !n.bridgeUp {
 		if err := n.createBridge(); err != nil {
 			return err
 		}
@@ -248,6 +258,18 @@ func (n *Node) startContainerd(t TB) error {
 	n.Runtime = runtimeapi.NewRuntimeServiceClient(n.conn)
 	n.Images = runtimeapi.NewImageServiceClient(n.conn)
 	return n.waitCRI()
+}
+
+// pullSandbox pulls the pinned sandbox image with the registry's credentials: containerd
+// pulls it by itself when a pod starts, and has none (as on nodes whose registry needs
+// them; their images come pre-loaded or from a registry containerd is configured for).
+func (n *Node) pullSandbox(TB) error {
+	if n.RegistryAccess == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return n.Pull(ctx, n.PauseImage, nil)
 }
 
 // ContainerdBinary is the daemon this node runs (what the agent's `config dump` must use).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -13,6 +14,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"golang.org/x/crypto/bcrypt"
 
 	"brewlet.sh/brewlet/internal/registry"
@@ -27,9 +30,77 @@ func (n *Node) startRegistry(t TB) error {
 	if n.net != nil {
 		host = n.HostAddr()
 	}
+	if n.opts.SecureRegistry && n.opts.HostReachable && n.net == nil {
+		// On the pod bridge's gateway, where pods reach the machine (brewlet-operator reads
+		// signatures from it without host networking), as a cluster's registry is reachable
+		// from its pods.
+		if err := n.createBridge(); err != nil {
+			return err
+		}
+		n.bridgeUp, host = true, n.Gateway()
+	}
+	if n.opts.SecureRegistry {
+		// A password of this node's own: nothing else reaches the registry by guessing.
+		n.RegistryAccess = &RegistryAccess{User: "brewlet-e2e", Password: "pw-" + n.ID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+		r := startRegistryAt(t, n.Instance, host, RegistryOptions{TLS: true, User: n.RegistryAccess.User, Password: n.RegistryAccess.Password})
+		n.Registry, n.RegistryProc, n.RegistryAccess.Addr, n.RegistryAccess.CAFile = r.Addr, r.Proc, r.Addr, r.CAFile
+		n.RegistryAccess.transport = r.Transport()
+		return nil
+	}
 	addr, p, err := startRegistryIn(t, n.Instance, host, "", nil)
 	n.Registry, n.RegistryProc = addr, p
 	return err
+}
+
+// RegistryAccess is what a client needs to reach a node's registry that serves TLS with a
+// CA of its own and requires credentials (NodeOptions.SecureRegistry).
+type RegistryAccess struct {
+	Addr           string // host:port
+	CAFile         string // the registry's CA, in no system store
+	User, Password string
+	transport      http.RoundTripper
+}
+
+// NewRegistryAccess describes a registry serving TLS with the CA in caFile (a cluster's
+// registry, described again by a process that did not start it).
+func NewRegistryAccess(addr, caFile, user, password string) *RegistryAccess {
+	a := &RegistryAccess{Addr: addr, CAFile: caFile, User: user, Password: password}
+	pool := x509.NewCertPool()
+	if b, err := os.ReadFile(caFile); err == nil {
+		pool.AppendCertsFromPEM(b)
+	}
+	a.transport = registry.RequireTLS(&http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}, false)
+	return a
+}
+
+// Options are registry client options for pushes from the test process: the registry's CA
+// trusted, its credentials given. Nil access (a plain-HTTP node registry): none.
+func (a *RegistryAccess) Options() []remote.Option {
+	if a == nil {
+		return nil
+	}
+	// A keychain, not an authenticator: it replaces the Docker config's keychain callers
+	// such as registry.Options set first (the client refuses both kinds at once).
+	return []remote.Option{remote.WithTransport(a.transport), remote.WithAuthFromKeychain(a)}
+}
+
+// Resolve answers the registry's credentials for its own host, none for any other.
+func (a *RegistryAccess) Resolve(r authn.Resource) (authn.Authenticator, error) {
+	if r.RegistryStr() != a.Addr {
+		return authn.Anonymous, nil
+	}
+	return &authn.Basic{Username: a.User, Password: a.Password}, nil
+}
+
+// DockerConfig writes a Docker config directory (config.json) with the registry's
+// credentials into dir, for DOCKER_CONFIG of the brewlet CLI and helm's registry clients.
+func (a *RegistryAccess) DockerConfig(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	auth := base64.StdEncoding.EncodeToString([]byte(a.User + ":" + a.Password))
+	body := fmt.Sprintf(`{"auths":{%q:{"auth":%q}}}`, a.Addr, auth)
+	return os.WriteFile(filepath.Join(dir, "config.json"), []byte(body), 0o600)
 }
 
 // Registry is a standalone loopback OCI registry (the distribution registry).
@@ -63,8 +134,13 @@ func StartRegistryWith(t TB, user, password string) *Registry {
 // StartRegistryOpts starts a registry as o says.
 func StartRegistryOpts(t TB, o RegistryOptions) *Registry {
 	t.Helper()
+	return startRegistryAt(t, NewInstance(t, "r"), "127.0.0.1", o)
+}
+
+// startRegistryAt starts a registry of instance in listening on host, as o says.
+func startRegistryAt(t TB, in *Instance, host string, o RegistryOptions) *Registry {
+	t.Helper()
 	Tool(t, "registry")
-	in := NewInstance(t, "r")
 	r := &Registry{Instance: in}
 	extra := ""
 	if o.User != "" {
@@ -88,7 +164,7 @@ func StartRegistryOpts(t TB, o RegistryOptions) *Registry {
 		if err := ca.WriteCA(r.CAFile); err != nil {
 			t.Fatal(err)
 		}
-		leaf := func(ca *testca.CA) (testca.Leaf, error) { return ca.Server("127.0.0.1") }
+		leaf := func(ca *testca.CA) (testca.Leaf, error) { return ca.Server(host) }
 		if o.Leaf != nil {
 			leaf = o.Leaf
 		}
@@ -111,7 +187,7 @@ func StartRegistryOpts(t TB, o RegistryOptions) *Registry {
 		r.tls.RootCAs.AddCert(ca.Cert)
 		tlsCfg = &registryTLS{cert: cert, key: key, client: r.tls}
 	}
-	addr, p, err := startRegistryIn(t, in, "127.0.0.1", extra, tlsCfg)
+	addr, p, err := startRegistryIn(t, in, host, extra, tlsCfg)
 	if err != nil {
 		t.Fatalf("start registry: %v", err)
 	}
@@ -196,19 +272,32 @@ func startRegistryIn(t TB, in *Instance, host, auth string, tlsCfg *registryTLS)
 	})
 }
 
-// TrustRegistry lets the node pull from another node's registry (plain HTTP), as
-// the nodes of a cluster share one registry.
-func (n *Node) TrustRegistry(addr string) error { return writeHosts(n.Dir, addr) }
+// TrustRegistry lets the node pull from another node's registry, as the nodes of a cluster
+// share one registry: plain HTTP, or TLS with its CA when access is set.
+func (n *Node) TrustRegistry(addr string, access *RegistryAccess) error {
+	return writeHosts(n.Dir, addr, access)
+}
 
-func (n *Node) writeRegistryHosts() error { return writeHosts(n.Dir, n.Registry) }
+func (n *Node) writeRegistryHosts() error { return writeHosts(n.Dir, n.Registry, n.RegistryAccess) }
 
-// writeHosts writes containerd's hosts.toml for a plain-HTTP registry below a node's
-// certs.d (read at each pull: no restart needed).
-func writeHosts(nodeDir, registry string) error {
+// writeHosts writes containerd's hosts.toml for a registry below a node's certs.d (read at
+// each pull: no restart needed): plain HTTP, or, with access, TLS with the registry's CA
+// copied beside it (credentials come from the pull: the kubelet's credential provider).
+func writeHosts(nodeDir, registry string, access *RegistryAccess) error {
 	dir := filepath.Join(nodeDir, "certs.d", registry)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	body := fmt.Sprintf("server = \"http://%s\"\n\n[host.\"http://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", registry, registry)
+	if access != nil {
+		ca, err := os.ReadFile(access.CAFile)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o644); err != nil {
+			return err
+		}
+		body = fmt.Sprintf("server = \"https://%s\"\n\n[host.\"https://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"ca.crt\"\n", registry, registry)
+	}
 	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(body), 0o644)
 }

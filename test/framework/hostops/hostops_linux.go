@@ -238,6 +238,11 @@ func DeleteLink(name string) error {
 		return nil
 	}
 	if out, err := exec.Command("ip", "link", "del", name).CombinedOutput(); err != nil {
+		// A veth goes with its peer's namespace: killing a node's namespace holder removes
+		// its machine end a moment later, possibly between the check above and the delete.
+		if _, serr := os.Stat(filepath.Join("/sys/class/net", name)); os.IsNotExist(serr) {
+			return nil
+		}
 		return fmt.Errorf("ip link del %s: %v: %s", name, err, out)
 	}
 	return nil
