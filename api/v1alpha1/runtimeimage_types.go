@@ -35,8 +35,9 @@ type RuntimeImageSpec struct {
 
 	// Verification requires every digest of this ID to be signed before brewlet-operator
 	// approves it and before any node installs it: a Sigstore bundle attached to the digest
-	// (an OCI referrer) by one of these keys. The cluster's signature keys, when the chart
-	// sets them, are required as well and cannot be lifted here (docs/signatures.md).
+	// (an OCI referrer) by one of these keys or keyless identities. The cluster's signature
+	// keys, when the chart sets them, are required as well and cannot be lifted here
+	// (docs/signatures.md).
 	// +optional
 	Verification *Verification `json:"verification,omitempty"`
 
@@ -58,15 +59,46 @@ type RuntimeImageSource struct {
 	Image string `json:"image"`
 }
 
-// Verification names who must have signed a runtime digest.
+// Verification names who must have signed a runtime digest: a signature by any one of
+// the keys or identities meets it.
+// +kubebuilder:validation:XValidation:rule="size(self.publicKeys) + size(self.keyless) > 0",message="spec.verification names no public key and no keyless identity; name at least one, or remove spec.verification"
 type Verification struct {
 	// PublicKeys are PEM public keys (ECDSA, RSA or Ed25519, "-----BEGIN PUBLIC KEY-----"),
-	// one per entry; a signature by any one of them meets the requirement.
-	// +kubebuilder:validation:MinItems=1
+	// one per entry.
+	// +optional
 	// +kubebuilder:validation:MaxItems=8
 	// +kubebuilder:validation:items:MaxLength=4096
 	// +listType=atomic
+	// +kubebuilder:default={}
 	PublicKeys []string `json:"publicKeys"`
+	// Keyless are identities of keyless (Fulcio) signing certificates, checked against the
+	// cluster's trusted root (chart value verification.trustedRoot).
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=atomic
+	// +kubebuilder:default={}
+	Keyless []KeylessIdentity `json:"keyless"`
+}
+
+// KeylessIdentity is who a keyless signing certificate must name: the OIDC issuer that
+// vouched for the signer, and the signer (the certificate's subject alternative name: an
+// e-mail address or a URI such as a CI workflow), exactly or by a regular expression.
+// +kubebuilder:validation:XValidation:rule="has(self.subject) != has(self.subjectRegExp)",message="a keyless identity names exactly one of subject and subjectRegExp"
+type KeylessIdentity struct {
+	// Issuer is the OIDC issuer URL, exactly (e.g. https://token.actions.githubusercontent.com).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Issuer string `json:"issuer"`
+	// Subject is the signer, exactly.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Subject string `json:"subject,omitempty"`
+	// SubjectRegExp matches the signer (Go syntax, anchored by you: ^...$).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	SubjectRegExp string `json:"subjectRegExp,omitempty"`
 }
 
 // RuntimeUser is a non-root numeric identity.

@@ -75,6 +75,8 @@ type Options struct {
 	// SignatureKeys is a file of PEM public keys: when set, every RuntimeImage digest must
 	// be signed by one of them before it is approved (chart value verification.publicKeys).
 	SignatureKeys string
+	// SignatureTrustedRoot is a Sigstore trusted_root.json for keyless identities ("" none).
+	SignatureTrustedRoot string
 	// RegistryCAFiles are authorities trusted for registries besides the system's, and
 	// InsecureRegistries allows plain HTTP beyond loopback: for reading signatures.
 	RegistryCAFiles    []string
@@ -90,6 +92,13 @@ func signatureChecker(o Options) (*runtimeimage.SignatureChecker, error) {
 			return nil, err
 		}
 		c.Cluster = &r
+	}
+	if o.SignatureTrustedRoot != "" {
+		r, err := signature.LoadTrustedRoot(o.SignatureTrustedRoot)
+		if err != nil {
+			return nil, err
+		}
+		c.Root = r
 	}
 	opts, err := registry.ClientOptions(context.Background(), o.InsecureRegistries, o.RegistryCAFiles)
 	if err != nil {

@@ -53,6 +53,7 @@ type Options struct {
 	RegistryCAFiles                            []string // authorities trusted besides the system's
 	RegistryHostsDir                           string   // the node's containerd certs.d ("" none)
 	SignatureKeys                              string   // the cluster's signature keys, a PEM file ("" none)
+	SignatureTrustedRoot                       string   // a Sigstore trusted_root.json for keyless identities ("" none)
 	// The node's kubelet credential providers (node paths): the CredentialProviderConfig
 	// and the plugins' directory.
 	CredentialProviderConfig, CredentialProviderBinDir string
@@ -131,9 +132,15 @@ func Main(ctx context.Context, o Options) error {
 		}
 		sigKeys = &r
 	}
+	var sigRoot *signature.TrustedRoot
+	if o.SignatureTrustedRoot != "" {
+		if sigRoot, err = signature.LoadTrustedRoot(o.SignatureTrustedRoot); err != nil {
+			return fmt.Errorf("--signature-trusted-root (chart value verification.trustedRoot): %w", err)
+		}
+	}
 	a := &agent.Agent{Client: c, NodeName: o.NodeName, PodUID: types.UID(o.PodUID), Layout: layout, AuthTTL: o.AuthTTL, Period: o.Period,
 		Installer: &install.Installer{Layout: layout, Insecure: o.InsecureRegistries, Mirrors: o.Mirrors, Trust: trust, Keychain: keychain,
-			SignatureKeys: sigKeys, NodeHosts: registry.NodeHosts{Dir: o.RegistryHostsDir},
+			SignatureKeys: sigKeys, TrustedRoot: sigRoot, NodeHosts: registry.NodeHosts{Dir: o.RegistryHostsDir},
 			Platform: v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}},
 		Collector: &gc.Collector{Layout: layout, Grace: o.GCGrace, MountInfo: o.MountInfo},
 		Tasks:     &tasks.Containerd{Socket: o.ContainerdSocket},

@@ -37,12 +37,17 @@ type Key struct {
 	verifier sigsig.Verifier
 }
 
-// Requirement is one party that must have signed a digest: any one of its keys.
+// Requirement is one party that must have signed a digest: any one of its keys or keyless
+// identities.
 type Requirement struct {
 	// Source names where the requirement comes from, for messages ("RuntimeImage
 	// python-3.12 spec.verification", "the cluster's signature keys").
-	Source string
-	Keys   []Key
+	Source     string
+	Keys       []Key
+	Identities []Identity
+	// Root is what keyless identities' certificates are checked against (nil: none
+	// configured, and an identity cannot be met).
+	Root *TrustedRoot
 }
 
 // Requirements are all the parties that must have signed; each is met independently.
@@ -53,9 +58,15 @@ type Requirements []Requirement
 func (rs Requirements) Fingerprint() string {
 	parts := make([]string, 0, len(rs))
 	for _, r := range rs {
-		ids := make([]string, len(r.Keys))
-		for i, k := range r.Keys {
-			ids[i] = k.ID
+		ids := make([]string, 0, len(r.Keys)+len(r.Identities))
+		for _, k := range r.Keys {
+			ids = append(ids, k.ID)
+		}
+		for _, id := range r.Identities {
+			ids = append(ids, id.String())
+		}
+		if r.Root != nil && len(r.Identities) > 0 {
+			ids = append(ids, "root="+r.Root.ID)
 		}
 		sort.Strings(ids)
 		parts = append(parts, r.Source+"="+strings.Join(ids, ","))
@@ -144,20 +155,44 @@ func newKey(pub crypto.PublicKey) (Key, error) {
 }
 
 // For is what a RuntimeImage's digests must satisfy: the cluster's keys (nil: none) and
-// the RuntimeImage's own spec.verification (nil: none). Nothing required is an empty list.
-func For(id string, v *brewletv1.Verification, cluster *Requirement) (Requirements, error) {
+// the RuntimeImage's own spec.verification (nil: none), whose keyless identities are checked
+// against root (nil: none configured). Nothing required is an empty list.
+func For(id string, v *brewletv1.Verification, cluster *Requirement, root *TrustedRoot) (Requirements, error) {
 	var out Requirements
 	if cluster != nil {
 		out = append(out, *cluster)
 	}
-	if v != nil {
-		r, err := ParseKeys(fmt.Sprintf("RuntimeImage %s spec.verification", id), v.PublicKeys)
-		if err != nil {
+	if v == nil {
+		return out, nil
+	}
+	source := fmt.Sprintf("RuntimeImage %s spec.verification", id)
+	r := Requirement{Source: source}
+	if len(v.PublicKeys) > 0 {
+		var err error
+		if r, err = ParseKeys(source, v.PublicKeys); err != nil {
 			return nil, err
 		}
-		out = append(out, r)
 	}
-	return out, nil
+	if len(v.Keyless) > MaxKeys {
+		return nil, vocab.Errorf(vocab.ReasonSignatureInvalid, "%s names %d keyless identities; at most %d are accepted", source, len(v.Keyless), MaxKeys)
+	}
+	for i, k := range v.Keyless {
+		ident, err := NewIdentity(k.Issuer, k.Subject, k.SubjectRegExp)
+		if err != nil {
+			return nil, vocab.Wrap(vocab.ReasonSignatureInvalid, err, "%s: keyless identity %d cannot be used; fix it, the requirement is refused as a whole", source, i)
+		}
+		r.Identities = append(r.Identities, ident)
+	}
+	if len(r.Keys)+len(r.Identities) == 0 {
+		return nil, vocab.Errorf(vocab.ReasonSignatureInvalid, "%s names no public key and no keyless identity; name at least one or remove it", source)
+	}
+	if len(r.Identities) > 0 {
+		if root == nil {
+			return nil, vocab.Errorf(vocab.ReasonSignatureInvalid, "%s names keyless identities, but no trusted root is configured to check their certificates against; set the chart value verification.trustedRoot (a Sigstore trusted_root.json)", source)
+		}
+		r.Root = root
+	}
+	return append(out, r), nil
 }
 
 // ClusterSource names the cluster's signature keys in messages.

@@ -56,7 +56,7 @@ func Verify(where, digest string, found []Found, reqs Requirements) (Verified, e
 	for _, r := range reqs {
 		by, why := meet(r, raw, found, parsed, failures)
 		if by == "" {
-			return Verified{}, vocab.Errorf(vocab.ReasonSignatureInvalid, "%s: none of the %d bundle(s) attached to %s is a signature of it by a key of %s (keys %s): %s; sign the digest with one of those keys, or correct the requirement", where, len(found), digest, r.Source, keyIDs(r), strings.Join(why, "; "))
+			return Verified{}, vocab.Errorf(vocab.ReasonSignatureInvalid, "%s: none of the %d bundle(s) attached to %s is a signature of it by a key or identity of %s (%s): %s; sign the digest with one of those, or correct the requirement", where, len(found), digest, r.Source, keyIDs(r), strings.Join(why, "; "))
 		}
 		out.By = append(out.By, by)
 	}
@@ -76,6 +76,11 @@ func meet(r Requirement, digest []byte, found []Found, parsed []*bundle.Bundle, 
 				return fmt.Sprintf("%s: key %s (bundle %s)", r.Source, k.ID, short(found[i].Manifest)), nil
 			}
 		}
+		for _, id := range r.Identities {
+			if last = verifyIdentity(r.Root, id, b, digest); last == nil {
+				return fmt.Sprintf("%s: %s (bundle %s)", r.Source, id, short(found[i].Manifest)), nil
+			}
+		}
 		why = append(why, fmt.Sprintf("bundle %s: %v", short(found[i].Manifest), last))
 	}
 	if len(why) > 5 {
@@ -87,7 +92,7 @@ func meet(r Requirement, digest []byte, found []Found, parsed []*bundle.Bundle, 
 // verifyWith checks one bundle with one key. The key is the trust anchor: no transparency
 // log or timestamp is required (a key has no validity period to place the signature in),
 // and any hint the bundle carries is ignored, so a bundle cannot choose its key.
-func verifyWith(k Key, b *bundle.Bundle, digest []byte) error {
+func verifyWith(k Key, b verify.SignedEntity, digest []byte) error {
 	material := root.NewTrustedPublicKeyMaterial(func(string) (root.TimeConstrainedVerifier, error) {
 		return root.NewExpiringKey(k.verifier, time.Time{}, time.Time{}), nil
 	})
@@ -95,7 +100,25 @@ func verifyWith(k Key, b *bundle.Bundle, digest []byte) error {
 	if err != nil {
 		return err
 	}
-	res, err := v.Verify(b, verify.NewPolicy(verify.WithArtifactDigest("sha256", digest), verify.WithKey()))
+	return check(v, b, verify.NewPolicy(verify.WithArtifactDigest("sha256", digest), verify.WithKey()))
+}
+
+// verifyIdentity checks one bundle's certificate against root and the identity (issuer and
+// subject), and its signature with the certificate's key.
+func verifyIdentity(r *TrustedRoot, id Identity, b verify.SignedEntity, digest []byte) error {
+	if r == nil {
+		return fmt.Errorf("no trusted root to check %s against", id)
+	}
+	v, err := verifierFor(r)
+	if err != nil {
+		return err
+	}
+	return check(v, b, verify.NewPolicy(verify.WithArtifactDigest("sha256", digest), verify.WithCertificateIdentity(id.id)))
+}
+
+// check runs the verifier and accepts only a signature, not another kind of attestation.
+func check(v *verify.Verifier, b verify.SignedEntity, p verify.PolicyBuilder) error {
+	res, err := v.Verify(b, p)
 	if err != nil {
 		return err
 	}
@@ -114,9 +137,12 @@ func sources(reqs Requirements) string {
 }
 
 func keyIDs(r Requirement) string {
-	s := make([]string, len(r.Keys))
-	for i, k := range r.Keys {
-		s[i] = k.ID
+	s := make([]string, 0, len(r.Keys)+len(r.Identities))
+	for _, k := range r.Keys {
+		s = append(s, k.ID)
+	}
+	for _, id := range r.Identities {
+		s = append(s, id.String())
 	}
 	return strings.Join(s, ", ")
 }

@@ -2,12 +2,17 @@ package e2e
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"brewlet.sh/brewlet/internal/signature"
+	"brewlet.sh/brewlet/internal/testutil/fulciotest"
 )
 
 // chartTestKey is an ECDSA P-256 public key for rendering tests (no private key exists).
@@ -19,6 +24,24 @@ tDEgkKLHhaFdjES/m0g38dVm4QLO8Xw+MmGsSWl7S5PL+ruFdYmiJyWo9Q==
 
 func chartQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
 
+// chartTrustedRoot writes a Sigstore trusted root (of a test CA) and returns its path.
+func chartTrustedRoot(t *testing.T) string {
+	t.Helper()
+	ca, err := fulciotest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ca.TrustedRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "trusted_root.json")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // chartCheckSignatureKeys: verification.publicKeys reach both components from one
 // ConfigMap, read-only; brewlet-operator also gets the registry CA bundle, the pull
 // credentials and the plain-HTTP switch the agents have, to read signatures.
@@ -29,12 +52,16 @@ func chartCheckSignatureKeys(t *testing.T, rc chartObjects, dep *appsv1.Deployme
 	if strings.TrimSpace(cm.Data["keys.pem"]) != strings.TrimSpace(chartTestKey) {
 		t.Errorf("keys.pem %q, want the key given", cm.Data["keys.pem"])
 	}
+	if _, err := signature.ParseTrustedRoot([]byte(cm.Data["trusted_root.json"])); err != nil {
+		t.Errorf("trusted_root.json: %v", err)
+	}
 	oc, pc := dep.Spec.Template.Spec.Containers[0], ds.Spec.Template.Spec.Containers[0]
 	for _, pod := range []struct {
 		c    corev1.Container
 		spec corev1.PodSpec
 	}{{oc, dep.Spec.Template.Spec}, {pc, ds.Spec.Template.Spec}} {
 		chartWantArg(t, pod.c, "--signature-keys", "/etc/brewlet/signature-keys/keys.pem")
+		chartWantArg(t, pod.c, "--signature-trusted-root", "/etc/brewlet/signature-keys/trusted_root.json")
 		chartWantArg(t, pod.c, "--registry-ca-file", "/etc/brewlet/registry-ca/ca.crt")
 		chartWantArg(t, pod.c, "--insecure-registries", "")
 		if v, _ := chartEnv(pod.c, "DOCKER_CONFIG"); v != "/var/run/brewlet/registry-credentials" {

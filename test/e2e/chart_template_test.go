@@ -131,9 +131,10 @@ func chartTemplateDefaults(t *testing.T) {
 	for _, f := range []string{"--registry-mirror", "--insecure-registries", "--host-prefix", "--registry-ca-file", "--image-credential-provider-config", "--signature-keys"} {
 		chartNoArg(t, pc, f)
 	}
-	for _, f := range []string{"--insecure-registries", "--registry-ca-file", "--signature-keys"} {
+	for _, f := range []string{"--insecure-registries", "--registry-ca-file", "--signature-keys", "--signature-trusted-root"} {
 		chartNoArg(t, oc, f)
 	}
+	chartNoArg(t, pc, "--signature-trusted-root")
 	if rc.has("ConfigMap", "brewlet-signature-keys") {
 		t.Error("a signature keys ConfigMap without verification.publicKeys")
 	}

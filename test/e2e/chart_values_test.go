@@ -73,6 +73,7 @@ func chartTemplateNodeSettings(t *testing.T) {
 		"--set", "proxy.httpsProxy=http://proxy.corp:3128", "--set-json", `proxy.noProxy=["10.0.0.0/8",".corp"]`,
 		"--set", "apiServer.host=api.corp",
 		"--set-json", `verification.publicKeys=[`+chartQuote(chartTestKey)+`]`,
+		"--set-file", "verification.trustedRoot="+chartTrustedRoot(t),
 		"--set-json", `imagePullSecrets=["regcred"]`)...)
 	dep, ds := chartCheckCommon(t, rc, "other-ns")
 	chartCheckSignatureKeys(t, rc, dep, ds)

@@ -56,6 +56,23 @@ func TestCRDValidation(t *testing.T) {
 		}
 	})
 
+	t.Run("RuntimeImage verification names someone, and each keyless identity one subject", func(t *testing.T) {
+		with := func(name string, v *brewletv1.Verification) *brewletv1.RuntimeImage {
+			ri := runtimeImage(name, "registry.example/py@"+goodDigest)
+			ri.Spec.Verification = v
+			return ri
+		}
+		const issuer = "https://token.actions.githubusercontent.com"
+		expectDenied(t, c.Create(ctx, with("v-empty", &brewletv1.Verification{})), "names no public key and no keyless identity")
+		expectDenied(t, c.Create(ctx, with("v-both", &brewletv1.Verification{Keyless: []brewletv1.KeylessIdentity{{Issuer: issuer, Subject: "a", SubjectRegExp: "b"}}})), "exactly one of subject and subjectRegExp")
+		expectDenied(t, c.Create(ctx, with("v-neither", &brewletv1.Verification{Keyless: []brewletv1.KeylessIdentity{{Issuer: issuer}}})), "exactly one of subject and subjectRegExp")
+		nine := make([]string, 9)
+		expectDenied(t, c.Create(ctx, with("v-nine", &brewletv1.Verification{PublicKeys: nine})), "must have at most 8 items")
+		if err := c.Create(ctx, with("v-keyless", &brewletv1.Verification{Keyless: []brewletv1.KeylessIdentity{{Issuer: issuer, SubjectRegExp: "^https://github.com/example/"}}})); err != nil {
+			t.Fatalf("a keyless identity refused: %v", err)
+		}
+	})
+
 	t.Run("RuntimeImage name is a runtime ID", func(t *testing.T) {
 		expectDenied(t, c.Create(ctx, runtimeImage(strings.Repeat("a", 56), "registry.example/py@"+goodDigest)), "at most 55 characters")
 		// Kubernetes' own name rules already refuse '@', ':' and '/'; a name with

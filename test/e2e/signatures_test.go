@@ -23,6 +23,7 @@ import (
 	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/registry"
 	"brewlet.sh/brewlet/internal/signature"
+	"brewlet.sh/brewlet/internal/testutil/fulciotest"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 )
@@ -105,7 +106,21 @@ func TestSignedApproval(t *testing.T) {
 	if err := os.WriteFile(keys, pub, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	op := startOperatorFlags(t, cp, nil, "--leader-elect=false", "--signature-keys="+keys, "--registry-ca-file="+reg.CAFile)
+	// A keyless signing CA of the test's own and the trusted root that trusts it.
+	fulcio, err := fulciotest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootJSON, err := fulcio.TrustedRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootFile := filepath.Join(t.TempDir(), "trusted_root.json")
+	if err := os.WriteFile(rootFile, rootJSON, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	op := startOperatorFlags(t, cp, nil, "--leader-elect=false", "--signature-keys="+keys, "--signature-trusted-root="+rootFile,
+		"--registry-ca-file="+reg.CAFile)
 
 	c := cp.Client
 	must := func(err error) {
@@ -129,10 +144,12 @@ func TestSignedApproval(t *testing.T) {
 	must(err)
 	cluster, err := signature.LoadKeyFile(signature.ClusterSource, keys)
 	must(err)
+	trustedRoot, err := signature.LoadTrustedRoot(rootFile)
+	must(err)
 	root := t.TempDir()
 	host := hoststate.Under(root)
 	ag := &agent.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 2 * time.Minute, Log: t.Logf,
-		Installer: &install.Installer{Layout: host, Platform: linuxAMD64, Trust: trust, SignatureKeys: &cluster}}
+		Installer: &install.Installer{Layout: host, Platform: linuxAMD64, Trust: trust, SignatureKeys: &cluster, TrustedRoot: trustedRoot}}
 	defer ag.Close()
 	ag.Host = &brewletv1.NodeCleanup{ShimInstalled: true, ContainerdHandlerRegistered: true}
 	must(host.CloseFence())
@@ -190,6 +207,54 @@ func TestSignedApproval(t *testing.T) {
 			cur, err := host.Current(id)
 			return err == nil && cur.Generation == 2
 		})
+	})
+
+	t.Run("a keyless identity the RuntimeImage requires, besides the cluster's key", func(t *testing.T) {
+		const issuer = "https://token.actions.githubusercontent.com"
+		const workflow = "https://github.com/example/runtimes/.github/workflows/release.yml@refs/heads/main"
+		attachKeyless := func(ref, subject string) {
+			t.Helper()
+			d, err := registry.Digest(ref, false)
+			must(err)
+			b, err := fulcio.Bundle(issuer, subject, d.DigestStr())
+			must(err)
+			_, err = signature.Attach(ctx, d, b, remote.WithTransport(reg.Transport()), remote.WithAuth(&authn.Basic{Username: "signer", Password: "sign-s3cret"}))
+			must(err)
+		}
+		attachKeyless(refs["signed-1"], workflow)
+		attachKeyless(refs["signed-2"], "https://github.com/example/runtimes/.github/workflows/nightly.yml@refs/heads/main")
+		kl := runtimeImage("keyless", refs["signed-1"])
+		kl.Spec.Verification = &brewletv1.Verification{Keyless: []brewletv1.KeylessIdentity{{Issuer: issuer, Subject: workflow}}}
+		must(c.Create(ctx, kl))
+		waitGeneration(t, c, kl, 1)
+		got := waitSignature(t, c, "keyless", vocab.ReasonSignatureVerified)
+		if sc := meta.FindStatusCondition(got.Status.Conditions, string(vocab.ConditionSignatureVerified)); !strings.Contains(sc.Message, workflow) {
+			t.Errorf("SignatureVerified %q does not name the identity", sc.Message)
+		}
+		must(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := c.Get(ctx, client.ObjectKey{Name: np.Name}, np); err != nil {
+				return err
+			}
+			np.Spec.RuntimeImages = append(np.Spec.RuntimeImages, brewletv1.OfferedRuntime{ID: "keyless", Install: "Eager"})
+			return c.Update(ctx, np)
+		}))
+		waitFor(t, 60*time.Second, "the keyless-signed runtime on the node", func() bool {
+			must(ag.ReconcileAndWait(ctx))
+			cur, err := host.Current("keyless")
+			return err == nil && cur.Generation == 1
+		})
+		// signed-2 carries the cluster key's signature, but its keyless one names another workflow.
+		must(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := c.Get(ctx, client.ObjectKey{Name: "keyless"}, kl); err != nil {
+				return err
+			}
+			kl.Spec.Source.Image = refs["signed-2"]
+			return c.Update(ctx, kl)
+		}))
+		got = waitSignature(t, c, "keyless", vocab.ReasonSignatureInvalid)
+		if got.Status.Generation != 1 {
+			t.Fatalf("generation %d; the rotation to a digest the required workflow did not sign must be held", got.Status.Generation)
+		}
 	})
 
 	t.Run("the node does not take the operator's word for it", func(t *testing.T) {

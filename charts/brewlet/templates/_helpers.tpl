@@ -113,11 +113,11 @@ mounted as ca.crt.
 {{- define "brewlet.signatureKeysName" -}}brewlet-signature-keys{{- end -}}
 
 {{/*
-brewlet.signatureKeysVolume: verification.publicKeys as a volume of keys.pem (nothing when
-no key is set).
+brewlet.signatureKeysVolume: verification.publicKeys and .trustedRoot as a volume of keys.pem
+and trusted_root.json (nothing when neither is set).
 */}}
 {{- define "brewlet.signatureKeysVolume" -}}
-{{- if .Values.verification.publicKeys }}
+{{- if or .Values.verification.publicKeys .Values.verification.trustedRoot }}
 - name: signature-keys
   configMap:
     name: {{ include "brewlet.signatureKeysName" . }}

@@ -29,6 +29,8 @@ const (
 type SignatureChecker struct {
 	// Cluster is the cluster's signature keys (nil: none).
 	Cluster *signature.Requirement
+	// Root is what keyless identities' certificates are checked against (nil: none).
+	Root *signature.TrustedRoot
 	// Remote are the registry options: transport (trust, proxy) and credentials.
 	Remote []remote.Option
 	// Insecure allows plain HTTP to non-loopback registries.
@@ -49,10 +51,11 @@ type verdict struct {
 func (c *SignatureChecker) Check(ctx context.Context, ri *brewletv1.RuntimeImage) (Signature, time.Duration) {
 	digest := DigestOf(ri.Spec.Source.Image)
 	var cluster *signature.Requirement
+	var root *signature.TrustedRoot
 	if c != nil {
-		cluster = c.Cluster
+		cluster, root = c.Cluster, c.Root
 	}
-	reqs, err := signature.For(ri.Name, ri.Spec.Verification, cluster)
+	reqs, err := signature.For(ri.Name, ri.Spec.Verification, cluster, root)
 	if err != nil {
 		return Signature{State: SignatureRefused, Digest: digest, Reason: vocab.ReasonOf(err), Message: err.Error()}, 0
 	}

@@ -48,7 +48,7 @@ type Target struct {
 	Generation int64
 	Image      string // registry/repo@digest of the generation
 	UID, GID   int64
-	// Verification: the RuntimeImage's spec.verification keys (install.VerificationKeys).
+	// Verification: the RuntimeImage's spec.verification (install.VerificationOf).
 	Verification string
 	Revoke       bool // withdraw: labels off, authorization revoked
 	Reason       vocab.Reason
@@ -122,7 +122,7 @@ func target(id string, offered map[string]string, ri *brewletv1.RuntimeImage, d 
 		return revoke(vocab.ReasonRuntimeImageRevoked, "RuntimeImage %s carries no Approved=True condition from brewlet-operator for generation %d: not approved; check that brewlet-operator runs (kubectl get runtimeimage %s -o yaml)", id, st.Generation, id)
 	}
 	t.Epoch, t.Generation, t.UID, t.GID = string(ri.UID), st.Generation, ri.Spec.User.UID, ri.Spec.User.GID
-	t.Verification = install.VerificationKeys(ri.Spec.Verification)
+	t.Verification = install.VerificationOf(ri.Spec.Verification)
 	if d.ID == "" && st.Generation > 1 && !rotationCompleted(st) {
 		// brewlet-operator has written no directive for this ID on this node yet (a node that
 		// just joined the pool, an operator that is down). A generation the fleet has not

@@ -59,6 +59,8 @@ type Installer struct {
 	// SignatureKeys are the cluster's signature keys (nil: none): with a Request's own
 	// Verification, every digest must be signed as they require before it is installed.
 	SignatureKeys *signature.Requirement
+	// TrustedRoot is what keyless signing certificates are checked against (nil: none).
+	TrustedRoot *signature.TrustedRoot
 
 	// MayWrite, when set, is asked just before the generation's metadata is written and
 	// before current flips (the agent's writer lease); an error ends the install there.
@@ -82,8 +84,8 @@ type Request struct {
 	Generation int64
 	Image      string // registry/repo@sha256:...
 	UID, GID   int64
-	// Verification is the RuntimeImage's spec.verification keys (VerificationKeys; "":
-	// none). The cluster's keys are the Installer's SignatureKeys.
+	// Verification is the RuntimeImage's spec.verification (VerificationOf; "": none). The
+	// cluster's keys are the Installer's SignatureKeys.
 	Verification string
 }
 

@@ -2,8 +2,8 @@ package install
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
@@ -13,16 +13,17 @@ import (
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
-// keySeparator joins a RuntimeImage's verification keys in Request.Verification (PEM text
-// never holds a NUL), which keeps Request comparable.
-const keySeparator = "\x00"
-
-// VerificationKeys is Request.Verification for a RuntimeImage's spec.verification.
-func VerificationKeys(v *brewletv1.Verification) string {
+// VerificationOf is Request.Verification for a RuntimeImage's spec.verification: its JSON,
+// which keeps Request comparable.
+func VerificationOf(v *brewletv1.Verification) string {
 	if v == nil {
 		return ""
 	}
-	return strings.Join(v.PublicKeys, keySeparator)
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "{}" // not reached for these types; an empty requirement is refused, never lifted
+	}
+	return string(b)
 }
 
 // requirements are what req's digest must satisfy on this node: the cluster's keys and the
@@ -30,9 +31,12 @@ func VerificationKeys(v *brewletv1.Verification) string {
 func (in *Installer) requirements(req Request) (signature.Requirements, error) {
 	var v *brewletv1.Verification
 	if req.Verification != "" {
-		v = &brewletv1.Verification{PublicKeys: strings.Split(req.Verification, keySeparator)}
+		v = &brewletv1.Verification{}
+		if err := json.Unmarshal([]byte(req.Verification), v); err != nil {
+			return nil, vocab.Wrap(vocab.ReasonSignatureInvalid, err, "runtime %s: the RuntimeImage's spec.verification cannot be read", req.ID)
+		}
 	}
-	return signature.For(req.ID, v, in.SignatureKeys)
+	return signature.For(req.ID, v, in.SignatureKeys, in.TrustedRoot)
 }
 
 // checkSignature verifies, before any layer is fetched, that req's digest is signed as
