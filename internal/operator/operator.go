@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -100,11 +102,12 @@ func signatureChecker(o Options) (*runtimeimage.SignatureChecker, error) {
 		}
 		c.Root = r
 	}
-	opts, err := registry.ClientOptions(context.Background(), o.InsecureRegistries, o.RegistryCAFiles)
+	trust, err := registry.LoadTrust(o.RegistryCAFiles)
 	if err != nil {
 		return nil, err
 	}
-	c.Remote = opts
+	c.Transport = registry.RequireTLS(registry.TransportTLS(registry.Timeouts{}, trust.TLSConfig()), o.InsecureRegistries)
+	c.Remote = []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}
 	return c, nil
 }
 

@@ -45,8 +45,15 @@ type Found struct {
 // error (Verify says SignatureMissing); a registry that cannot be read is. At most
 // MaxReferrers bundle manifests are read; each is checked against its digest and its
 // subject, and each bundle against its digest and MaxBundleBytes.
-func Fetch(ctx context.Context, ref name.Digest, opts ...remote.Option) ([]Found, error) {
-	opts = append(append([]remote.Option{}, opts...), remote.WithContext(ctx))
+//
+// transport carries every request (nil: http.DefaultTransport); no response body it
+// delivers is read past maxReferrersBytes, so neither a referrers index nor anything else a
+// hostile registry or mirror answers can take more memory than that.
+func Fetch(ctx context.Context, ref name.Digest, transport http.RoundTripper, opts ...remote.Option) ([]Found, error) {
+	if transport == nil {
+		transport = http.DefaultTransport
+	}
+	opts = append(append([]remote.Option{}, opts...), remote.WithContext(ctx), remote.WithTransport(limitBodies{transport, maxReferrersBytes}))
 	idx, err := remote.Referrers(ref, opts...)
 	if err != nil {
 		if notFound(err) {
@@ -145,6 +152,41 @@ func checkDigest(b []byte, want v1.Hash, limit int) error {
 	}
 	return nil
 }
+
+// limitBodies ends every response body after n bytes with an error: a registry cannot make a
+// lookup read more.
+type limitBodies struct {
+	base http.RoundTripper
+	n    int64
+}
+
+func (l limitBodies) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := l.base.RoundTrip(req)
+	if err != nil || resp.Body == nil {
+		return resp, err
+	}
+	resp.Body = &limitedBody{rc: resp.Body, left: l.n}
+	return resp, nil
+}
+
+type limitedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, fmt.Errorf("a registry answer longer than %d bytes, more than a signature lookup reads", maxReferrersBytes)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.rc.Close() }
 
 // notFound: the repository or the referrers tag does not exist, which is "no bundles".
 func notFound(err error) bool {

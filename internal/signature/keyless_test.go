@@ -90,7 +90,7 @@ func TestKeylessIdentities(t *testing.T) {
 	if _, err := Attach(ctx, ref, b); err != nil {
 		t.Fatal(err)
 	}
-	found, err := Fetch(ctx, ref)
+	found, err := Fetch(ctx, ref, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -82,7 +83,7 @@ func TestSignFetchVerify(t *testing.T) {
 		}
 		check := func(reqs Requirements) error {
 			t.Helper()
-			found, err := Fetch(ctx, ref)
+			found, err := Fetch(ctx, ref, nil)
 			if err != nil {
 				t.Fatalf("referrers=%v: Fetch: %v", referrers, err)
 			}
@@ -177,4 +178,31 @@ func FuzzVerify(f *testing.F) {
 			t.Fatalf("untyped refusal: %v", err)
 		}
 	})
+}
+
+// A registry that answers a referrers lookup with more than a lookup reads is cut off: an
+// error, not the memory.
+func TestFetchBoundsWhatItReads(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/referrers/") {
+			w.Header().Set("Content-Type", "application/vnd.oci.image.index.v1+json")
+			_, _ = io.WriteString(w, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[`)
+			entry := `{"mediaType":"application/vnd.oci.image.manifest.v1+json","artifactType":"x","digest":"sha256:` + strings.Repeat("a", 64) + `","size":1},`
+			for range (maxReferrersBytes / len(entry)) + 10 {
+				if _, err := io.WriteString(w, entry); err != nil {
+					return
+				}
+			}
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	ref, err := name.NewDigest(strings.TrimPrefix(srv.URL, "http://")+"/runtimes/python@sha256:"+strings.Repeat("b", 64), name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Fetch(context.Background(), ref, nil); err == nil || !strings.Contains(err.Error(), "longer than") {
+		t.Fatalf("got %v; want the answer cut off", err)
+	}
 }

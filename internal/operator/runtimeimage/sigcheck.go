@@ -2,6 +2,7 @@ package runtimeimage
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -31,8 +32,10 @@ type SignatureChecker struct {
 	Cluster *signature.Requirement
 	// Root is what keyless identities' certificates are checked against (nil: none).
 	Root *signature.TrustedRoot
-	// Remote are the registry options: transport (trust, proxy) and credentials.
-	Remote []remote.Option
+	// Transport reaches registries (trust, proxy, the plain-HTTP policy); Remote are further
+	// registry options (credentials).
+	Transport http.RoundTripper
+	Remote    []remote.Option
 	// Insecure allows plain HTTP to non-loopback registries.
 	Insecure bool
 	// Now is the clock (nil: time.Now).
@@ -89,7 +92,7 @@ func (c *SignatureChecker) check(ctx context.Context, id, image, digest string, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, signatureTimeout)
 	defer cancel()
-	found, err := signature.Fetch(ctx, ref, c.Remote...)
+	found, err := signature.Fetch(ctx, ref, c.Transport, c.Remote...)
 	if err != nil {
 		err = registry.OperatorHints.Classify(err, ref.RegistryStr(), "")
 		return Signature{State: SignatureUnknown, Digest: digest, Reason: vocab.ReasonSignatureUnverifiable,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,7 +30,7 @@ import (
 type Installer struct {
 	Layout   hoststate.Layout
 	Platform v1.Platform     // the node's platform
-	Remote   []remote.Option // extra registry options (a transport set here replaces Timeouts')
+	Remote   []remote.Option // extra registry options (a transport set here replaces Timeouts' for pulls; signature lookups keep the source's)
 	Insecure bool            // plain HTTP to non-loopback registries
 	// Mirrors lists, per registry host, mirrors tried in order before it. Content is pulled
 	// by digest and every blob verified, so a mirror can be slow, absent or hostile, and
@@ -68,6 +69,7 @@ type Installer struct {
 
 	transportOnce sync.Once
 	transport     remote.Option // one connection pool for every install
+	rt            http.RoundTripper
 }
 
 // maxConfigBytes bounds an image's config blob, which is read into memory whole.

@@ -53,11 +53,11 @@ func (in *Installer) checkSignature(ctx context.Context, req Request, sources []
 	}
 	var refusal, failure error
 	for _, src := range sources {
-		extra := []remote.Option{src.transport}
+		var extra []remote.Option
 		if in.Keychain != nil {
 			extra = append(extra, remote.WithAuthFromKeychain(in.Keychain))
 		}
-		found, err := signature.Fetch(ctx, src.ref, registry.Options(ctx, in.Insecure, append(extra, in.Remote...)...)...)
+		found, err := signature.Fetch(ctx, src.ref, src.rt, registry.Options(ctx, in.Insecure, append(extra, in.Remote...)...)...)
 		if err != nil {
 			failure = registry.NodeHints.Classify(err, src.host, in.credentialSource(src.ref))
 			in.logf("runtime %s generation %d: signatures from %s could not be read: %v", req.ID, req.Generation, src.host, failure)

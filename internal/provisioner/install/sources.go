@@ -2,6 +2,7 @@ package install
 
 import (
 	"context"
+	"net/http"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -16,6 +17,7 @@ type source struct {
 	host      string
 	ref       name.Digest
 	transport remote.Option
+	rt        http.RoundTripper // the same transport, for lookups that wrap it (signatures)
 }
 
 // sources lists where an image is pulled from. The node's containerd registry configuration
@@ -42,12 +44,13 @@ func (in *Installer) sources(ctx context.Context, req Request, ref name.Digest) 
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, source{host: s.Host, ref: r, transport: remote.WithTransport(s.Transport)})
+			out = append(out, source{host: s.Host, ref: r, transport: remote.WithTransport(s.Transport), rt: s.Transport})
 		}
 		return out, nil
 	}
 	in.transportOnce.Do(func() {
-		in.transport = remote.WithTransport(registry.RequireTLS(registry.TransportTLS(in.Timeouts, in.Trust.TLSConfig()), in.Insecure))
+		in.rt = registry.RequireTLS(registry.TransportTLS(in.Timeouts, in.Trust.TLSConfig()), in.Insecure)
+		in.transport = remote.WithTransport(in.rt)
 	})
 	hosts := append(append([]string{}, in.Mirrors[origin]...), origin)
 	out := make([]source, 0, len(hosts))
@@ -56,7 +59,7 @@ func (in *Installer) sources(ctx context.Context, req Request, ref name.Digest) 
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, source{host: h, ref: r, transport: in.transport})
+		out = append(out, source{host: h, ref: r, transport: in.transport, rt: in.rt})
 	}
 	return out, nil
 }
