@@ -35,9 +35,9 @@ type RuntimeImageSpec struct {
 
 	// Verification requires every digest of this ID to be signed before brewlet-operator
 	// approves it and before any node installs it: a Sigstore bundle attached to the digest
-	// (an OCI referrer) by one of these keys or keyless identities. The cluster's signature
-	// keys, when the chart sets them, are required as well and cannot be lifted here
-	// (docs/signatures.md).
+	// (an OCI referrer) by one of these keys or keyless identities. The cluster's
+	// requirement, when the chart sets one (verification.publicKeys, verification.keyless),
+	// applies as well and cannot be lifted here (docs/signatures.md).
 	// +optional
 	Verification *Verification `json:"verification,omitempty"`
 

@@ -77,6 +77,9 @@ type Options struct {
 	// SignatureKeys is a file of PEM public keys: when set, every RuntimeImage digest must
 	// be signed by one of them before it is approved (chart value verification.publicKeys).
 	SignatureKeys string
+	// SignatureIdentities is a JSON list of keyless identities every digest must also be
+	// signed by one of (chart value verification.keyless; "" none).
+	SignatureIdentities string
 	// SignatureTrustedRoot is a Sigstore trusted_root.json for keyless identities ("" none).
 	SignatureTrustedRoot string
 	// RegistryCAFiles are authorities trusted for registries besides the system's, and
@@ -88,19 +91,9 @@ type Options struct {
 // signatureChecker builds the RuntimeImage controller's signature checker from o.
 func signatureChecker(o Options) (*runtimeimage.SignatureChecker, error) {
 	c := &runtimeimage.SignatureChecker{Insecure: o.InsecureRegistries}
-	if o.SignatureKeys != "" {
-		r, err := signature.LoadKeyFile(signature.ClusterSource, o.SignatureKeys)
-		if err != nil {
-			return nil, err
-		}
-		c.Cluster = &r
-	}
-	if o.SignatureTrustedRoot != "" {
-		r, err := signature.LoadTrustedRoot(o.SignatureTrustedRoot)
-		if err != nil {
-			return nil, err
-		}
-		c.Root = r
+	var err error
+	if c.Cluster, c.Root, err = signature.LoadCluster(o.SignatureKeys, o.SignatureIdentities, o.SignatureTrustedRoot); err != nil {
+		return nil, err
 	}
 	trust, err := registry.LoadTrust(o.RegistryCAFiles)
 	if err != nil {

@@ -53,6 +53,7 @@ type Options struct {
 	RegistryCAFiles                            []string // authorities trusted besides the system's
 	RegistryHostsDir                           string   // the node's containerd certs.d ("" none)
 	SignatureKeys                              string   // the cluster's signature keys, a PEM file ("" none)
+	SignatureIdentities                        string   // the cluster's keyless identities, a JSON list ("" none)
 	SignatureTrustedRoot                       string   // a Sigstore trusted_root.json for keyless identities ("" none)
 	// The node's kubelet credential providers (node paths): the CredentialProviderConfig
 	// and the plugins' directory.
@@ -124,19 +125,9 @@ func Main(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	var sigKeys *signature.Requirement
-	if o.SignatureKeys != "" {
-		r, err := signature.LoadKeyFile(signature.ClusterSource, o.SignatureKeys)
-		if err != nil {
-			return fmt.Errorf("--signature-keys (chart value verification.publicKeys): %w", err)
-		}
-		sigKeys = &r
-	}
-	var sigRoot *signature.TrustedRoot
-	if o.SignatureTrustedRoot != "" {
-		if sigRoot, err = signature.LoadTrustedRoot(o.SignatureTrustedRoot); err != nil {
-			return fmt.Errorf("--signature-trusted-root (chart value verification.trustedRoot): %w", err)
-		}
+	sigKeys, sigRoot, err := signature.LoadCluster(o.SignatureKeys, o.SignatureIdentities, o.SignatureTrustedRoot)
+	if err != nil {
+		return fmt.Errorf("signature verification (chart values verification.*): %w", err)
 	}
 	a := &agent.Agent{Client: c, NodeName: o.NodeName, PodUID: types.UID(o.PodUID), Layout: layout, AuthTTL: o.AuthTTL, Period: o.Period,
 		Installer: &install.Installer{Layout: layout, Insecure: o.InsecureRegistries, Mirrors: o.Mirrors, Trust: trust, Keychain: keychain,

@@ -1,14 +1,17 @@
 package signature
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 
 	"github.com/sigstore/sigstore-go/pkg/root"
 	"github.com/sigstore/sigstore-go/pkg/verify"
 
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -93,4 +96,69 @@ func verifierFor(r *TrustedRoot) (*verify.Verifier, error) {
 		opts = append(opts, verify.WithSignedCertificateTimestamps(1))
 	}
 	return verify.NewVerifier(r.root, opts...)
+}
+
+// ClusterSource names the cluster's requirement in messages.
+const ClusterSource = "the cluster's signature requirement (chart values verification.publicKeys and verification.keyless)"
+
+// Cluster builds the cluster's requirement from the chart's files: PEM public keys
+// (keysFile) and keyless identities (identitiesFile, a JSON list of {issuer, subject |
+// subjectRegExp}), either may be "". Identities need root. Nil when neither file is given.
+func Cluster(keysFile, identitiesFile string, root *TrustedRoot) (*Requirement, error) {
+	if keysFile == "" && identitiesFile == "" {
+		return nil, nil
+	}
+	r := &Requirement{Source: ClusterSource}
+	if keysFile != "" {
+		k, err := LoadKeyFile(ClusterSource, keysFile)
+		if err != nil {
+			return nil, err
+		}
+		r.Keys = k.Keys
+	}
+	if identitiesFile != "" {
+		b, err := os.ReadFile(identitiesFile)
+		if err != nil {
+			return nil, err
+		}
+		var ids []brewletv1.KeylessIdentity
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&ids); err != nil {
+			return nil, vocab.Wrap(vocab.ReasonSignatureInvalid, err, "%s: %s is not a JSON list of {issuer, subject or subjectRegExp}", ClusterSource, identitiesFile)
+		}
+		if len(ids) == 0 || len(ids) > MaxKeys {
+			return nil, vocab.Errorf(vocab.ReasonSignatureInvalid, "%s: %s names %d keyless identities; 1 to %d are accepted", ClusterSource, identitiesFile, len(ids), MaxKeys)
+		}
+		for i, k := range ids {
+			id, err := NewIdentity(k.Issuer, k.Subject, k.SubjectRegExp)
+			if err != nil {
+				return nil, vocab.Wrap(vocab.ReasonSignatureInvalid, err, "%s: keyless identity %d cannot be used", ClusterSource, i)
+			}
+			r.Identities = append(r.Identities, id)
+		}
+		if root == nil {
+			return nil, vocab.Errorf(vocab.ReasonSignatureInvalid, "%s names keyless identities, but no trusted root is configured to check their certificates against; set the chart value verification.trustedRoot", ClusterSource)
+		}
+		r.Root = root
+	}
+	return r, nil
+}
+
+// LoadCluster reads the chart's signature files, as brewlet-operator and every agent do
+// (--signature-keys, --signature-identities, --signature-trusted-root; "" for each absent):
+// the cluster's requirement (nil: none) and the trusted root (nil: none).
+func LoadCluster(keysFile, identitiesFile, rootFile string) (*Requirement, *TrustedRoot, error) {
+	var root *TrustedRoot
+	if rootFile != "" {
+		var err error
+		if root, err = LoadTrustedRoot(rootFile); err != nil {
+			return nil, nil, fmt.Errorf("the trusted root %s (chart value verification.trustedRoot): %w", rootFile, err)
+		}
+	}
+	r, err := Cluster(keysFile, identitiesFile, root)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, root, nil
 }

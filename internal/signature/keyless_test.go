@@ -3,6 +3,7 @@ package signature
 import (
 	"context"
 	"encoding/hex"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -186,5 +187,57 @@ func TestKeylessWithATransparencyLog(t *testing.T) {
 	}
 	if err := verifyIdentity(r, id, other, raw); err == nil {
 		t.Fatal("another subject's signature verified")
+	}
+}
+
+func TestClusterRequirement(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		t.Helper()
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	pub, _ := newSigner(t).PublicPEM()
+	keys := write("keys.pem", string(pub))
+	fulcio, err := fulciotest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, _ := fulcio.TrustedRoot()
+	rootFile := write("trusted_root.json", string(rb))
+	ids := write("identities.json", `[{"issuer":"`+ghIssuer+`","subject":"`+ghWorkflow+`"}]`)
+
+	if r, root, err := LoadCluster("", "", ""); r != nil || root != nil || err != nil {
+		t.Fatalf("nothing configured: %v %v %v", r, root, err)
+	}
+	r, _, err := LoadCluster(keys, ids, rootFile)
+	if err != nil || len(r.Keys) != 1 || len(r.Identities) != 1 || r.Root == nil {
+		t.Fatalf("keys and identities: %+v %v", r, err)
+	}
+	// Either meets the cluster's requirement.
+	ref := pushRandom(t, true)
+	b, err := fulcio.Bundle(ghIssuer, ghWorkflow, ref.DigestStr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Verify("test", ref.DigestStr(), []Found{{Manifest: "sha256:x", Bundle: b}}, Requirements{*r}); err != nil {
+		t.Fatalf("the cluster's identity: %v", err)
+	}
+	for name, files := range map[string][3]string{
+		"identities without a trusted root": {"", ids, ""},
+		"not JSON":                          {"", write("bad.json", "issuer: x"), rootFile},
+		"an unknown field":                  {"", write("unknown.json", `[{"issuer":"`+ghIssuer+`","subject":"a","subjectRegex":"b"}]`), rootFile},
+		"an empty list":                     {"", write("empty.json", `[]`), rootFile},
+		"both subject kinds":                {"", write("both.json", `[{"issuer":"`+ghIssuer+`","subject":"a","subjectRegExp":"b"}]`), rootFile},
+	} {
+		if _, _, err := LoadCluster(files[0], files[1], files[2]); vocab.ReasonOf(err) != vocab.ReasonSignatureInvalid {
+			t.Errorf("%s: got %v", name, err)
+		}
+	}
+	if _, _, err := LoadCluster("", "", write("root.json", "{}")); err == nil {
+		t.Error("a trusted root without authorities accepted")
 	}
 }

@@ -194,6 +194,3 @@ func For(id string, v *brewletv1.Verification, cluster *Requirement, root *Trust
 	}
 	return append(out, r), nil
 }
-
-// ClusterSource names the cluster's signature keys in messages.
-const ClusterSource = "the cluster's signature keys (chart value verification.publicKeys)"

@@ -55,6 +55,16 @@ func chartCheckSignatureKeys(t *testing.T, rc chartObjects, dep *appsv1.Deployme
 	if _, err := signature.ParseTrustedRoot([]byte(cm.Data["trusted_root.json"])); err != nil {
 		t.Errorf("trusted_root.json: %v", err)
 	}
+	// The identities file is what the components read: written and read back as they do.
+	dir := t.TempDir()
+	for name, body := range map[string]string{"identities.json": cm.Data["identities.json"], "trusted_root.json": cm.Data["trusted_root.json"]} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, _, err := signature.LoadCluster("", filepath.Join(dir, "identities.json"), filepath.Join(dir, "trusted_root.json")); err != nil || len(r.Identities) != 1 {
+		t.Errorf("identities.json %q: %+v %v", cm.Data["identities.json"], r, err)
+	}
 	oc, pc := dep.Spec.Template.Spec.Containers[0], ds.Spec.Template.Spec.Containers[0]
 	for _, pod := range []struct {
 		c    corev1.Container
@@ -62,6 +72,7 @@ func chartCheckSignatureKeys(t *testing.T, rc chartObjects, dep *appsv1.Deployme
 	}{{oc, dep.Spec.Template.Spec}, {pc, ds.Spec.Template.Spec}} {
 		chartWantArg(t, pod.c, "--signature-keys", "/etc/brewlet/signature-keys/keys.pem")
 		chartWantArg(t, pod.c, "--signature-trusted-root", "/etc/brewlet/signature-keys/trusted_root.json")
+		chartWantArg(t, pod.c, "--signature-identities", "/etc/brewlet/signature-keys/identities.json")
 		chartWantArg(t, pod.c, "--registry-ca-file", "/etc/brewlet/registry-ca/ca.crt")
 		chartWantArg(t, pod.c, "--insecure-registries", "")
 		if v, _ := chartEnv(pod.c, "DOCKER_CONFIG"); v != "/var/run/brewlet/registry-credentials" {

@@ -31,6 +31,7 @@ func TestChartTemplate(t *testing.T) {
 	t.Run("node settings", chartTemplateNodeSettings)
 	t.Run("operator settings", chartTemplateOperatorSettings)
 	t.Run("no pools is refused", chartTemplateNoPools)
+	t.Run("keyless identities without a trusted root are refused", chartTemplateKeylessWithoutRoot)
 	t.Run("a containerd template outside the config's directory is refused", chartTemplateTemplateOutsideConfigDir)
 	t.Run("startup taints", chartTemplateStartupTaints)
 	t.Run("provisioner disabled renders no node agent", chartTemplateNoProvisioner)

@@ -74,6 +74,7 @@ func chartTemplateNodeSettings(t *testing.T) {
 		"--set", "apiServer.host=api.corp",
 		"--set-json", `verification.publicKeys=[`+chartQuote(chartTestKey)+`]`,
 		"--set-file", "verification.trustedRoot="+chartTrustedRoot(t),
+		"--set-json", `verification.keyless=[{"issuer":"https://token.actions.githubusercontent.com","subjectRegExp":"^https://github.com/example/"}]`,
 		"--set-json", `imagePullSecrets=["regcred"]`)...)
 	dep, ds := chartCheckCommon(t, rc, "other-ns")
 	chartCheckSignatureKeys(t, rc, dep, ds)
@@ -191,6 +192,14 @@ func chartTemplateNoPools(t *testing.T) {
 	}
 }
 
+// Keyless identities without a trusted root could never be met: refused at install.
+func chartTemplateKeylessWithoutRoot(t *testing.T) {
+	_, out, err := chartTemplate(t, chartNS, chartPools("--set-json", `verification.keyless=[{"issuer":"https://i","subject":"a"}]`)...)
+	if err == nil || !strings.Contains(out, "verification.keyless needs verification.trustedRoot") {
+		t.Fatalf("helm template with keyless identities and no trusted root: err %v, want the trusted root message\n%s", err, out)
+	}
+}
+
 // A template outside the config's directory would not be in the agent's pod.
 func chartTemplateTemplateOutsideConfigDir(t *testing.T) {
 	_, out, err := chartTemplate(t, chartNS, chartPools("--set", "provisioner.containerd.configTemplate=/etc/other/config.toml.tmpl")...)
@@ -292,6 +301,8 @@ func chartTemplateSchema(t *testing.T) {
 		{chartPools("--set", "registry.caBundle.configMap=ca", "--set", "registry.caBundle.secret=ca"), "/registry/caBundle'"},
 		{chartPools("--set", "registry.caBundle.key="), "/registry/caBundle/key'"},
 		{chartPools("--set", "verification.publicKeys[0]=ssh-ed25519 AAAA"), "/verification/publicKeys/0'"},
+		{chartPools("--set-json", `verification.keyless=[{"issuer":"https://i","subject":"a","subjectRegExp":"b"}]`), "/verification/keyless/0'"},
+		{chartPools("--set-json", `verification.keyless=[{"subject":"a"}]`), "/verification/keyless/0'"},
 		{chartPools("--set-json", `verification.publicKeys=[`+strings.TrimSuffix(strings.Repeat(chartQuote(chartTestKey)+",", 9), ",")+`]`), "/verification/publicKeys'"},
 		{chartPools("--set", "proxy.httpsProxy=proxy.corp:3128"), "/proxy/httpsProxy'"},
 		{chartPools("--set-json", `proxy.noProxy=["a,b"]`), "/proxy/noProxy/0'"},
