@@ -82,7 +82,8 @@ type Verification struct {
 
 // KeylessIdentity is who a keyless signing certificate must name: the OIDC issuer that
 // vouched for the signer, and the signer (the certificate's subject alternative name: an
-// e-mail address or a URI such as a CI workflow), exactly or by a regular expression.
+// e-mail address or a URI such as a CI workflow), exactly or by a regular expression that
+// must match all of it.
 // +kubebuilder:validation:XValidation:rule="has(self.subject) != has(self.subjectRegExp)",message="a keyless identity names exactly one of subject and subjectRegExp"
 type KeylessIdentity struct {
 	// Issuer is the OIDC issuer URL, exactly (e.g. https://token.actions.githubusercontent.com).
@@ -94,7 +95,8 @@ type KeylessIdentity struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
 	Subject string `json:"subject,omitempty"`
-	// SubjectRegExp matches the signer (Go syntax, anchored by you: ^...$).
+	// SubjectRegExp matches the whole signer (Go syntax; anchored: it must match the whole
+	// subject, not a part of it).
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024

@@ -57,7 +57,7 @@ func main() {
 	})
 	flag.DurationVar(&o.NodeStaleAfter, "node-stale-after", runtimeimage.DefaultStaleAfter, "a node whose agent has not renewed its Lease for this long (on this process's clock) is not reporting: its containers show current=false and its report proves nothing for restarts (at least 10s; agents renew theirs every 3s)")
 	flag.StringVar(&o.SignatureKeys, "signature-keys", "", "a file of PEM public keys; every RuntimeImage digest must be signed by one of them before it is approved (chart value verification.publicKeys; empty: only what spec.verification requires)")
-	flag.StringVar(&o.SignatureIdentities, "signature-identities", "", "a JSON list of keyless identities ({issuer, subject | subjectRegExp}); every runtime digest must also be signed by one of them (chart value verification.keyless; needs --signature-trusted-root)")
+	flag.StringVar(&o.SignatureIdentities, "signature-identities", "", "a JSON list of keyless identities ({issuer, subject | subjectRegExp}) that, like the keys of --signature-keys, may each meet the cluster's signature requirement (chart value verification.keyless; needs --signature-trusted-root)")
 	flag.StringVar(&o.SignatureTrustedRoot, "signature-trusted-root", "", "a Sigstore trusted_root.json that keyless signing certificates (spec.verification.keyless) are checked against (chart value verification.trustedRoot)")
 	flag.Func("registry-ca-file", "a PEM file of authorities trusted for registries besides the system's, for reading signatures (repeatable; chart value registry.caBundle)", func(v string) error {
 		o.RegistryCAFiles = append(o.RegistryCAFiles, v)

@@ -59,7 +59,7 @@ func main() {
 	flag.StringVar(&o.CredentialProviderConfig, "image-credential-provider-config", "", "the node's kubelet CredentialProviderConfig (a node path; below --host-root when set); empty: none")
 	flag.StringVar(&o.CredentialProviderBinDir, "image-credential-provider-bin-dir", "", "the node's kubelet credential provider plugin directory (a node path; plugins run chrooted into --host-root when set)")
 	flag.StringVar(&o.SignatureKeys, "signature-keys", "", "a file of PEM public keys; every runtime digest must be signed by one of them before this node installs it (chart value verification.publicKeys; empty: only what each RuntimeImage's spec.verification requires)")
-	flag.StringVar(&o.SignatureIdentities, "signature-identities", "", "a JSON list of keyless identities ({issuer, subject | subjectRegExp}); every runtime digest must also be signed by one of them (chart value verification.keyless; needs --signature-trusted-root)")
+	flag.StringVar(&o.SignatureIdentities, "signature-identities", "", "a JSON list of keyless identities ({issuer, subject | subjectRegExp}) that, like the keys of --signature-keys, may each meet the cluster's signature requirement (chart value verification.keyless; needs --signature-trusted-root)")
 	flag.StringVar(&o.SignatureTrustedRoot, "signature-trusted-root", "", "a Sigstore trusted_root.json that keyless signing certificates (spec.verification.keyless) are checked against (chart value verification.trustedRoot)")
 	flag.StringVar(&o.RegistryHostsDir, "registry-hosts-dir", "", "the node's containerd registry configuration directory (CRI's registry config_path, e.g. /etc/containerd/certs.d); empty: none")
 	flag.Parse()

@@ -27,7 +27,8 @@ const emptyMediaType = "application/vnd.oci.empty.v1+json"
 // Bounds on what one lookup reads from a registry, which is untrusted for signatures: the
 // bundle's signature, not where it came from, is what counts.
 const (
-	MaxReferrers      = 32       // bundle manifests considered per digest
+	MaxReferrers      = 32       // bundle manifests read per digest
+	maxAttempts       = 64       // referrer manifests tried per digest, readable or not
 	MaxManifestBytes  = 64 << 10 // one referrer manifest
 	MaxBundleBytes    = 1 << 20  // one bundle
 	maxReferrersBytes = 4 << 20  // the referrers index (every artifact type)
@@ -66,6 +67,7 @@ func Fetch(ctx context.Context, ref name.Digest, transport http.RoundTripper, op
 		return nil, fmt.Errorf("read the referrers of %s: %w", ref, err)
 	}
 	var out []Found
+	tried := 0
 	for _, d := range im.Manifests {
 		if d.ArtifactType != BundleMediaType && d.ArtifactType != emptyMediaType {
 			// The filter is the registry's to apply, and it may not have. Some registries
@@ -73,9 +75,10 @@ func Fetch(ctx context.Context, ref name.Digest, transport http.RoundTripper, op
 			// artifactType; the manifest itself is judged below.
 			continue
 		}
-		if len(out) == MaxReferrers {
+		if len(out) == MaxReferrers || tried == maxAttempts {
 			break
 		}
+		tried++
 		if d.Size > MaxManifestBytes {
 			continue
 		}

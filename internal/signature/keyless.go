@@ -22,8 +22,9 @@ const MaxTrustedRootBytes = 1 << 20
 // keyless signing certificates chain to, and the transparency logs, timestamp authorities
 // and certificate transparency logs that vouch for when a signature was made.
 type TrustedRoot struct {
-	// ID is the first 16 hex digits of the file's SHA-256, for messages and caches.
+	// ID is the first 16 hex digits of the file's SHA-256, for messages.
 	ID   string
+	sum  string // the whole SHA-256, for Fingerprint
 	root *root.TrustedRoot
 }
 
@@ -49,7 +50,7 @@ func ParseTrustedRoot(b []byte) (*TrustedRoot, error) {
 		return nil, vocab.Errorf(vocab.ReasonSignatureInvalid, "the trusted root names no certificate authority, so no keyless certificate can chain to it")
 	}
 	sum := sha256.Sum256(b)
-	return &TrustedRoot{ID: hex.EncodeToString(sum[:8]), root: r}, nil
+	return &TrustedRoot{ID: hex.EncodeToString(sum[:8]), sum: hex.EncodeToString(sum[:]), root: r}, nil
 }
 
 // Identity is a keyless signer a requirement accepts.
@@ -58,12 +59,18 @@ type Identity struct {
 	id                             verify.CertificateIdentity
 }
 
-// NewIdentity builds an identity: the issuer exactly, the subject exactly or by regexp.
+// NewIdentity builds an identity: the issuer exactly, the subject exactly or by a regular
+// expression that must match the whole subject (it is anchored here: a pattern naming an
+// organisation's prefix must not match a URI that merely contains it).
 func NewIdentity(issuer, subject, subjectRegExp string) (Identity, error) {
 	if issuer == "" || (subject == "") == (subjectRegExp == "") {
 		return Identity{}, fmt.Errorf("an identity names its issuer and exactly one of subject and subjectRegExp")
 	}
-	id, err := verify.NewShortCertificateIdentity(issuer, "", subject, subjectRegExp)
+	anchored := ""
+	if subjectRegExp != "" {
+		anchored = "^(?:" + subjectRegExp + ")$"
+	}
+	id, err := verify.NewShortCertificateIdentity(issuer, "", subject, anchored)
 	if err != nil {
 		return Identity{}, err
 	}

@@ -67,6 +67,7 @@ func TestKeylessIdentities(t *testing.T) {
 	}{
 		{"the workflow named, from its issuer", fulcio, ghIssuer, ghWorkflow, d, spec(exact), ""},
 		{"a tag the pattern allows", fulcio, ghIssuer, strings.Replace(ghWorkflow, "heads/main", "tags/v1.2", 1), d, spec(pattern), ""},
+		{"a URI that merely contains what the pattern names", fulcio, ghIssuer, "https://evil.example/x?" + strings.Replace(ghWorkflow, "heads/main", "tags/v1.2", 1), d, spec(pattern), vocab.ReasonSignatureInvalid},
 		{"another workflow", fulcio, ghIssuer, strings.Replace(ghWorkflow, "release", "nightly", 1), d, spec(exact, pattern), vocab.ReasonSignatureInvalid},
 		{"the workflow, from another issuer", fulcio, "https://accounts.google.com", ghWorkflow, d, spec(exact), vocab.ReasonSignatureInvalid},
 		{"a certificate from a CA the root does not trust", other, ghIssuer, ghWorkflow, d, spec(exact), vocab.ReasonSignatureInvalid},
@@ -239,5 +240,20 @@ func TestClusterRequirement(t *testing.T) {
 	}
 	if _, _, err := LoadCluster("", "", write("root.json", "{}")); err == nil {
 		t.Error("a trusted root without authorities accepted")
+	}
+}
+
+// Different requirements never share a fingerprint, however their parts are spelled.
+func TestFingerprintsDiffer(t *testing.T) {
+	exact, _ := NewIdentity(ghIssuer, "/.*/", "")
+	pattern, _ := NewIdentity(ghIssuer, "", ".*")
+	a := Requirements{{Source: "s", Identities: []Identity{exact}}}
+	b := Requirements{{Source: "s", Identities: []Identity{pattern}}}
+	c := Requirements{{Source: "s from x", Identities: []Identity{exact}}}
+	if a.Fingerprint() == b.Fingerprint() || a.Fingerprint() == c.Fingerprint() {
+		t.Fatalf("fingerprints collide: %s %s %s", a.Fingerprint(), b.Fingerprint(), c.Fingerprint())
+	}
+	if a.Fingerprint() != (Requirements{{Source: "s", Identities: []Identity{exact}}}).Fingerprint() {
+		t.Fatal("the same requirements give different fingerprints")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"os"
@@ -34,6 +35,7 @@ type Key struct {
 	// ID is the key's fingerprint: the first 16 hex digits of the SHA-256 of its DER
 	// (SubjectPublicKeyInfo) encoding, the name messages use.
 	ID       string
+	sum      string // the whole SHA-256, for Fingerprint
 	verifier sigsig.Verifier
 }
 
@@ -53,26 +55,41 @@ type Requirement struct {
 // Requirements are all the parties that must have signed; each is met independently.
 type Requirements []Requirement
 
-// Fingerprint identifies the requirements' content, for caches: the same keys from the
-// same sources give the same fingerprint.
+// Fingerprint identifies the requirements' content, for caches and for what an approval
+// was made under: the first 16 hex digits of the SHA-256 of a canonical JSON encoding
+// (sources, whole key hashes, identities field by field, the trusted root's hash), so that
+// no two different requirements share one.
 func (rs Requirements) Fingerprint() string {
-	parts := make([]string, 0, len(rs))
-	for _, r := range rs {
-		ids := make([]string, 0, len(r.Keys)+len(r.Identities))
-		for _, k := range r.Keys {
-			ids = append(ids, k.ID)
-		}
-		for _, id := range r.Identities {
-			ids = append(ids, id.String())
-		}
-		if r.Root != nil && len(r.Identities) > 0 {
-			ids = append(ids, "root="+r.Root.ID)
-		}
-		sort.Strings(ids)
-		parts = append(parts, r.Source+"="+strings.Join(ids, ","))
+	type ident struct{ Issuer, Subject, SubjectRegExp string }
+	type req struct {
+		Source     string
+		Keys       []string
+		Identities []ident
+		Root       string
 	}
-	sort.Strings(parts)
-	return strings.Join(parts, ";")
+	out := make([]req, 0, len(rs))
+	for _, r := range rs {
+		q := req{Source: r.Source}
+		for _, k := range r.Keys {
+			q.Keys = append(q.Keys, k.sum)
+		}
+		sort.Strings(q.Keys)
+		for _, id := range r.Identities {
+			q.Identities = append(q.Identities, ident{id.Issuer, id.Subject, id.SubjectRegExp})
+		}
+		sort.Slice(q.Identities, func(i, j int) bool {
+			a, b := q.Identities[i], q.Identities[j]
+			return a.Issuer+"\x00"+a.Subject+"\x00"+a.SubjectRegExp < b.Issuer+"\x00"+b.Subject+"\x00"+b.SubjectRegExp
+		})
+		if r.Root != nil && len(r.Identities) > 0 {
+			q.Root = r.Root.sum
+		}
+		out = append(out, q)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Source < out[j].Source })
+	b, _ := json.Marshal(out)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }
 
 // ParseKeys builds a requirement from PEM public keys, one key per entry. A key that does
@@ -151,7 +168,7 @@ func newKey(pub crypto.PublicKey) (Key, error) {
 		return Key{}, err
 	}
 	sum := sha256.Sum256(der)
-	return Key{ID: hex.EncodeToString(sum[:8]), verifier: v}, nil
+	return Key{ID: hex.EncodeToString(sum[:8]), sum: hex.EncodeToString(sum[:]), verifier: v}, nil
 }
 
 // For is what a RuntimeImage's digests must satisfy: the cluster's keys (nil: none) and

@@ -57,18 +57,16 @@ type Decision struct {
 // offer the ID, the smallest when several do); see rotation. fresh says whether a node's
 // agent is alive (its heartbeat is recent; see observeTasks), silent whether it is known to
 // have stopped (HeartbeatClock.Silent; see rotation). fleetPause is the pause of every
-// rotation (fleetpause.Of; "" none), which holds this one as spec.paused does. sig is the
-// verdict on the spec digest's signature: a digest that must be signed and is not verified
-// is never taken as a generation (see signatureApproval).
-func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFailures int, fresh, silent func(node string) bool, fleetPause string, sig Signature, now metav1.Time) Decision {
+// rotation (fleetpause.Of; "" none), which holds this one as spec.paused does. sigs are the
+// verdicts on the signatures of the spec's digest and of the current generation's: a digest
+// that must be signed and is not verified is never taken as a generation, nor kept
+// approved (see signatureApproval).
+func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFailures int, fresh, silent func(node string) bool, fleetPause string, sigs Verdicts, now metav1.Time) Decision {
 	st := *ri.Status.DeepCopy()
 	d := Decision{Holders: Holders(ri.Name, ri.UID, reports)}
 
 	digest := DigestOf(ri.Spec.Source.Image)
-	if sig.State != SignatureNotRequired && sig.Digest != digest {
-		// A verdict on another digest says nothing about this one.
-		sig = Signature{State: SignatureUnknown, Digest: digest, Message: fmt.Sprintf("no verdict on %s yet", digest)}
-	}
+	sig := sigs.Spec.about(digest)
 	held := sig.holds()
 	switch {
 	case held && st.Epoch != ri.UID:
@@ -111,12 +109,19 @@ func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFail
 	case ri.Spec.Revoked:
 		approved.Status, approved.Reason = metav1.ConditionFalse, string(vocab.ReasonRevoked)
 		approved.Message = fmt.Sprintf("spec.revoked is true: no new container starts with %s on any node once its authorization expires; running containers keep going. Set spec.revoked to false to re-approve epoch %s", ri.Name, ri.UID)
-	case signatureApproval(ri, st, sig, digest) != nil:
-		c := signatureApproval(ri, st, sig, digest)
+	case signatureApproval(ri, st, sigs, digest) != nil:
+		c := signatureApproval(ri, st, sigs, digest)
 		approved.Status, approved.Reason, approved.Message = c.Status, c.Reason, c.Message
 	default:
 		approved.Status, approved.Reason = metav1.ConditionTrue, string(vocab.ReasonApproved)
 		approved.Message = fmt.Sprintf("generation %d (%s) of epoch %s is approved", st.Generation, st.Digest, ri.UID)
+		v := sigs.Spec.about(digest)
+		if st.Digest != digest {
+			v = sigs.Current.about(st.Digest)
+		}
+		if v.State == SignatureVerified {
+			approved.Message += "; " + approvedUnder(v)
+		}
 	}
 	meta.SetStatusCondition(&st.Conditions, approved)
 	if c := signatureCondition(ri, st, sig); c != nil {

@@ -132,7 +132,7 @@ func TestDecide(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tc.ri.DeepCopy()
-			d := Decide(tc.ri, tc.reports, rollout.DefaultMaxFailures, allFresh, noneSilent, "", Signature{}, t1)
+			d := Decide(tc.ri, tc.reports, rollout.DefaultMaxFailures, allFresh, noneSilent, "", Verdicts{}, t1)
 			if !equality.Semantic.DeepEqual(before, tc.ri) {
 				t.Fatal("Decide modified its input")
 			}
@@ -165,9 +165,9 @@ func TestDecide(t *testing.T) {
 // change, so a second pass must find nothing to write.
 func TestDecideIsIdempotent(t *testing.T) {
 	for _, r := range []*brewletv1.RuntimeImage{ri(), ri(revoked), ri(image(repo + dB)), ri(deleting, finalized)} {
-		first := Decide(r, nil, rollout.DefaultMaxFailures, allFresh, noneSilent, "", Signature{}, t0)
+		first := Decide(r, nil, rollout.DefaultMaxFailures, allFresh, noneSilent, "", Verdicts{}, t0)
 		r.Status = first.Status
-		second := Decide(r, nil, rollout.DefaultMaxFailures, allFresh, noneSilent, "", Signature{}, t1)
+		second := Decide(r, nil, rollout.DefaultMaxFailures, allFresh, noneSilent, "", Verdicts{}, t1)
 		if !equality.Semantic.DeepEqual(first.Status, second.Status) {
 			t.Fatalf("second pass changed the status:\n%+v\n%+v", first.Status, second.Status)
 		}
@@ -178,7 +178,7 @@ func TestDecideKeepsFieldsItDoesNotOwn(t *testing.T) {
 	r := ri(finalized, status(uid, 1, dA))
 	restarts := []brewletv1.WorkloadRestart{{}}
 	r.Status.Rotation = &brewletv1.RotationStatus{Target: brewletv1.RotationTarget{Generation: 1, Digest: dA}, Restarts: restarts}
-	d := Decide(r, nil, rollout.DefaultMaxFailures, allFresh, noneSilent, "", Signature{}, t0)
+	d := Decide(r, nil, rollout.DefaultMaxFailures, allFresh, noneSilent, "", Verdicts{}, t0)
 	if d.Status.Rotation == nil || len(d.Status.Rotation.Restarts) != 1 {
 		t.Fatalf("Decide dropped fields other controllers own: %+v", d.Status)
 	}
@@ -189,7 +189,7 @@ func TestHolderMessageBounded(t *testing.T) {
 	for _, n := range []string{"a", "b", "c", "d", "e", "f", "g"} {
 		reports = append(reports, report(n, entry("python-3.12", uid, vocab.StateReady)))
 	}
-	d := Decide(ri(finalized, deleting), reports, rollout.DefaultMaxFailures, allFresh, noneSilent, "", Signature{}, t0)
+	d := Decide(ri(finalized, deleting), reports, rollout.DefaultMaxFailures, allFresh, noneSilent, "", Verdicts{}, t0)
 	c := meta.FindStatusCondition(d.Status.Conditions, string(vocab.ConditionApproved))
 	if !strings.Contains(c.Message, "a, b, c, d, e and 2 more") {
 		t.Fatalf("message %q", c.Message)

@@ -50,7 +50,7 @@ type Reconciler struct {
 	// Recorder records events on RuntimeImages (nil: none).
 	Recorder events.EventRecorder
 	// Signatures checks the signatures RuntimeImages require (nil: only spec.verification,
-	// read with the system's trust).
+	// read with the system's trust and no credentials).
 	Signatures *SignatureChecker
 	// Beats are the agents' per-node Lease renewals, the nodes' heartbeats, on the
 	// operator's clock (nil: every node counts as not reporting).
@@ -153,7 +153,7 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) (time
 	if err != nil {
 		return 0, err
 	}
-	sig, sigAfter := r.Signatures.Check(ctx, ri)
+	sig, sigAfter := r.Signatures.CheckAll(ctx, ri)
 	d := Decide(ri, reports.Items, budget, func(node string) bool { return beats.Fresh(node, now.Time, r.staleAfter()) },
 		func(node string) bool { return r.Beats.Silent(node, now.Time) }, pause, sig, now)
 	nameMissingAgents(&d.Status, missing)

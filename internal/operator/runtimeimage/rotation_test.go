@@ -67,7 +67,7 @@ func TestRotation(t *testing.T) {
 			progress: "True/Rotating", complete: "False/Rotating"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Decide(tc.r, tc.reports, tc.budget, allFresh, noneSilent, "", Signature{}, t1)
+			d := Decide(tc.r, tc.reports, tc.budget, allFresh, noneSilent, "", Verdicts{}, t1)
 			rot := d.Status.Rotation
 			if rot == nil || rot.Target.Generation != d.Status.Generation || rot.Target.Digest != d.Status.Digest || !rot.Target.AssignedAt.Equal(&t1) {
 				t.Fatalf("rotation target %+v, want generation %d %s assigned at %v", rot, d.Status.Generation, d.Status.Digest, t1)
@@ -99,7 +99,7 @@ func TestRotation(t *testing.T) {
 			// Idempotent: a second pass over the stored status changes nothing.
 			again := tc.r.DeepCopy()
 			again.Status = d.Status
-			if d2 := Decide(again, tc.reports, tc.budget, allFresh, noneSilent, "", Signature{}, metav1.NewTime(t1.Add(3600e9))); !equality.Semantic.DeepEqual(d2.Status, d.Status) {
+			if d2 := Decide(again, tc.reports, tc.budget, allFresh, noneSilent, "", Verdicts{}, metav1.NewTime(t1.Add(3600e9))); !equality.Semantic.DeepEqual(d2.Status, d.Status) {
 				t.Fatalf("second pass changed the status:\n%+v\n%+v", d.Status.Rotation, d2.Status.Rotation)
 			}
 		})
@@ -110,9 +110,9 @@ func TestRotation(t *testing.T) {
 // the completed rotation complete; the next digest starts a new target.
 func TestRotationCompletedOncePerTarget(t *testing.T) {
 	r := ri(finalized, status(uid, 1, dA))
-	d := Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, ""))}, 1, allFresh, noneSilent, "", Signature{}, t0)
+	d := Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, ""))}, 1, allFresh, noneSilent, "", Verdicts{}, t0)
 	r.Status = d.Status
-	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, "")), report("new", at(1, vocab.StateInstalling, ""))}, 1, allFresh, noneSilent, "", Signature{}, t1)
+	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, "")), report("new", at(1, vocab.StateInstalling, ""))}, 1, allFresh, noneSilent, "", Verdicts{}, t1)
 	if at := d.Status.Rotation.RotationCompletedAt; at == nil || !at.Equal(&t0) {
 		t.Fatalf("rotationCompletedAt %v, want %v kept", at, t0)
 	}
@@ -121,7 +121,7 @@ func TestRotationCompletedOncePerTarget(t *testing.T) {
 	}
 	r.Status = d.Status
 	r.Spec.Source.Image = repo + dB
-	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, ""))}, 1, allFresh, noneSilent, "", Signature{}, t1)
+	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(1, vocab.StateReady, ""))}, 1, allFresh, noneSilent, "", Verdicts{}, t1)
 	if d.Status.Rotation.Target.Generation != 2 || d.Status.Rotation.RotationCompletedAt != nil || !d.Status.Rotation.Target.AssignedAt.Equal(&t1) {
 		t.Fatalf("a new digest must start a new target: %+v", d.Status.Rotation)
 	}
@@ -136,21 +136,21 @@ func TestEvents(t *testing.T) {
 		}
 		return strings.Join(out, ",")
 	}
-	d := Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateInstalling, ""))}, 0, allFresh, noneSilent, "", Signature{}, t0)
+	d := Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateInstalling, ""))}, 0, allFresh, noneSilent, "", Verdicts{}, t0)
 	if got := reasons(d); got != "Normal/Approved,Normal/Rotating" {
 		t.Fatalf("first pass events %s", got)
 	}
 	r.Status = d.Status
-	if got := reasons(Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateInstalling, "")), report("b", at(1, vocab.StateReady, ""))}, 0, allFresh, noneSilent, "", Signature{}, t1)); got != "" {
+	if got := reasons(Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateInstalling, "")), report("b", at(1, vocab.StateReady, ""))}, 0, allFresh, noneSilent, "", Verdicts{}, t1)); got != "" {
 		t.Fatalf("a count change is not an event: %s", got)
 	}
-	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateFailed, "PrivilegedRuntimeFile"))}, 0, allFresh, noneSilent, "", Signature{}, t1)
+	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateFailed, "PrivilegedRuntimeFile"))}, 0, allFresh, noneSilent, "", Verdicts{}, t1)
 	if got := reasons(d); got != "Warning/RotationHalted" || !strings.Contains(d.Events[0].Message, "a: PrivilegedRuntimeFile") {
 		t.Fatalf("halt events %s %+v", got, d.Events)
 	}
 	r.Status = d.Status
 	r.Spec.Source.Image = repo + dA
-	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(3, vocab.StateReady, ""))}, 0, allFresh, noneSilent, "", Signature{}, t1)
+	d = Decide(r, []brewletv1.NodeRuntime{report("a", at(3, vocab.StateReady, ""))}, 0, allFresh, noneSilent, "", Verdicts{}, t1)
 	if got := reasons(d); got != "Normal/AllNodesCurrent,Normal/AllNodesCurrent" {
 		t.Fatalf("completion events %s", got)
 	}
@@ -161,7 +161,7 @@ func TestNewTargetDropsRestartRecords(t *testing.T) {
 	r := ri(finalized, image(repo+dB), status(uid, 1, dA))
 	r.Status.Rotation = &brewletv1.RotationStatus{Target: brewletv1.RotationTarget{Generation: 1, Digest: dA},
 		Restarts: []brewletv1.WorkloadRestart{{Kind: "Deployment", Namespace: "ns", Name: "web", Outcome: "InProgress"}}}
-	d := Decide(r, nil, 1, allFresh, noneSilent, "", Signature{}, t1)
+	d := Decide(r, nil, 1, allFresh, noneSilent, "", Verdicts{}, t1)
 	if d.Status.Rotation == nil || d.Status.Rotation.Target.Generation != 2 || len(d.Status.Rotation.Restarts) != 0 {
 		t.Fatalf("rotation %+v", d.Status.Rotation)
 	}
@@ -248,7 +248,7 @@ func TestRotationStuck(t *testing.T) {
 			if s == nil {
 				s = noneSilent
 			}
-			d := Decide(ri(finalized, image(repo+dB), status(uid, 2, dB)), tc.reports, 0, allFresh, s, "", Signature{}, t1)
+			d := Decide(ri(finalized, image(repo+dB), status(uid, 2, dB)), tc.reports, 0, allFresh, s, "", Verdicts{}, t1)
 			rot := d.Status.Rotation
 			if rot.Nodes != tc.counts {
 				t.Errorf("counts %+v, want %+v", rot.Nodes, tc.counts)
@@ -282,7 +282,7 @@ func TestRotationStuck(t *testing.T) {
 			}
 			repeat := ri(finalized, image(repo+dB))
 			repeat.Status = d.Status
-			if got := stuckEvents(Decide(repeat, tc.reports, 0, allFresh, s, "", Signature{}, t1).Events); got != 0 {
+			if got := stuckEvents(Decide(repeat, tc.reports, 0, allFresh, s, "", Verdicts{}, t1).Events); got != 0 {
 				t.Errorf("the same pass again recorded %d stuck-node events", got)
 			}
 			// Completion is sticky: a stuck node that reports the target later rejoins as
@@ -295,7 +295,7 @@ func TestRotationStuck(t *testing.T) {
 					r.Status.Runtimes = []brewletv1.NodeRuntimeEntry{at(2, vocab.StateReady, "")}
 					healed = append(healed, r)
 				}
-				d2 := Decide(again, healed, 0, allFresh, noneSilent, "", Signature{}, metav1.NewTime(t1.Add(time.Hour)))
+				d2 := Decide(again, healed, 0, allFresh, noneSilent, "", Verdicts{}, metav1.NewTime(t1.Add(time.Hour)))
 				if r2 := d2.Status.Rotation; r2.RotationCompletedAt == nil || !r2.RotationCompletedAt.Equal(rot.RotationCompletedAt) || r2.Nodes.Excluded != 0 ||
 					!meta.IsStatusConditionTrue(d2.Status.Conditions, string(vocab.ConditionRotationComplete)) {
 					t.Errorf("after the stuck nodes rejoined: %+v", r2)
@@ -309,12 +309,12 @@ func TestRotationStuck(t *testing.T) {
 func TestRotationPaused(t *testing.T) {
 	r := ri(finalized, image(repo+dB), status(uid, 2, dB))
 	r.Spec.Paused = true
-	d := Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateReady, "")), report("b", at(1, vocab.StateReady, ""))}, 1, allFresh, noneSilent, "", Signature{}, t1)
+	d := Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateReady, "")), report("b", at(1, vocab.StateReady, ""))}, 1, allFresh, noneSilent, "", Verdicts{}, t1)
 	c := meta.FindStatusCondition(d.Status.Conditions, string(vocab.ConditionRotationProgressing))
 	if c.Status != "False" || c.Reason != string(vocab.ReasonRotationPaused) || !strings.Contains(c.Message, "1 of 2") {
 		t.Fatalf("RotationProgressing %+v", c)
 	}
-	done := Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateReady, ""))}, 1, allFresh, noneSilent, "", Signature{}, t1)
+	done := Decide(r, []brewletv1.NodeRuntime{report("a", at(2, vocab.StateReady, ""))}, 1, allFresh, noneSilent, "", Verdicts{}, t1)
 	if c := meta.FindStatusCondition(done.Status.Conditions, string(vocab.ConditionRotationProgressing)); c.Reason != string(vocab.ReasonAllNodesCurrent) {
 		t.Fatalf("a paused rotation that is done: %+v", c)
 	}

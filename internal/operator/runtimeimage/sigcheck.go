@@ -16,19 +16,24 @@ import (
 )
 
 // Signature rechecks: a refused digest may be signed later (nothing else wakes the
-// reconciler then); a registry that did not answer is asked again sooner.
+// reconciler then); a registry that did not answer is asked again sooner; a verified digest
+// is read again now and then, so a signature taken away or a keyless certificate that
+// expired is noticed.
 const (
 	RecheckRefused    = time.Minute
 	RecheckUnknown    = 15 * time.Second
+	RecheckVerified   = 10 * time.Minute
 	signatureTimeout  = 30 * time.Second
 	maxCachedVerdicts = 1024
 )
 
 // SignatureChecker looks up and verifies the signatures of RuntimeImage digests. Verdicts
-// are cached per image and requirements: a verified digest stays verified until the
-// requirements change; a refusal is asked again after RecheckRefused.
+// are cached per image and requirements: verified ones for RecheckVerified (a recheck the
+// registry cannot answer keeps them), refusals for RecheckRefused, unanswered lookups for
+// RecheckUnknown, so that reconcile passes woken by node reports do not ask the registry.
+// A nil checker checks only spec.verification, with the system's trust.
 type SignatureChecker struct {
-	// Cluster is the cluster's signature keys (nil: none).
+	// Cluster is the cluster's requirement (nil: none).
 	Cluster *signature.Requirement
 	// Root is what keyless identities' certificates are checked against (nil: none).
 	Root *signature.TrustedRoot
@@ -50,42 +55,69 @@ type verdict struct {
 	at  time.Time
 }
 
-// Check returns the verdict on ri's spec digest and when to look again (0: not needed).
-func (c *SignatureChecker) Check(ctx context.Context, ri *brewletv1.RuntimeImage) (Signature, time.Duration) {
-	digest := DigestOf(ri.Spec.Source.Image)
-	var cluster *signature.Requirement
-	var root *signature.TrustedRoot
-	if c != nil {
-		cluster, root = c.Cluster, c.Root
+// Verdicts are what the reconciler hands Decide: the spec's digest, and, while a rotation to
+// it is held, the digest of the generation the nodes have, judged by the same requirements.
+type Verdicts struct {
+	Spec, Current Signature
+}
+
+// CheckAll returns the verdicts for ri and when to look again (0: not needed). Nothing is
+// looked up for a RuntimeImage being deleted or revoked: it is not approved either way.
+func (c *SignatureChecker) CheckAll(ctx context.Context, ri *brewletv1.RuntimeImage) (Verdicts, time.Duration) {
+	if ri.DeletionTimestamp != nil || ri.Spec.Revoked {
+		return Verdicts{}, 0
 	}
-	reqs, err := signature.For(ri.Name, ri.Spec.Verification, cluster, root)
+	spec, after := c.check(ctx, ri, ri.Spec.Source.Image)
+	v := Verdicts{Spec: spec}
+	if cur := ri.Status.Digest; cur != "" && cur != DigestOf(ri.Spec.Source.Image) && ri.Status.Epoch == ri.UID {
+		repo, _, _ := strings.Cut(ri.Spec.Source.Image, "@")
+		var a time.Duration
+		v.Current, a = c.check(ctx, ri, repo+"@"+cur)
+		if a > 0 && (after == 0 || a < after) {
+			after = a
+		}
+	}
+	return v, after
+}
+
+// check judges one image (repo@digest) by ri's requirements.
+func (c *SignatureChecker) check(ctx context.Context, ri *brewletv1.RuntimeImage, image string) (Signature, time.Duration) {
+	if c == nil {
+		c = &SignatureChecker{}
+	}
+	digest := DigestOf(image)
+	reqs, err := signature.For(ri.Name, ri.Spec.Verification, c.Cluster, c.Root)
 	if err != nil {
 		return Signature{State: SignatureRefused, Digest: digest, Reason: vocab.ReasonOf(err), Message: err.Error()}, 0
 	}
 	if len(reqs) == 0 {
 		return Signature{State: SignatureNotRequired, Digest: digest}, 0
 	}
-	key := ri.Spec.Source.Image + "|" + reqs.Fingerprint()
+	fp := reqs.Fingerprint()
+	key := image + "|" + fp
 	now := c.now()
 	c.mu.Lock()
-	v, ok := c.cache[key]
+	prev, cached := c.cache[key]
 	c.mu.Unlock()
-	if ok && (v.sig.State == SignatureVerified || now.Sub(v.at) < RecheckRefused) {
-		return v.sig, recheck(v.sig)
+	if cached && now.Sub(prev.at) < ttl(prev.sig) {
+		return prev.sig, recheck(prev.sig)
 	}
-	sig := c.check(ctx, ri.Name, ri.Spec.Source.Image, digest, reqs)
-	if sig.State != SignatureUnknown {
-		c.mu.Lock()
-		if c.cache == nil || len(c.cache) >= maxCachedVerdicts {
-			c.cache = map[string]verdict{}
-		}
-		c.cache[key] = verdict{sig: sig, at: now}
-		c.mu.Unlock()
+	sig := c.lookup(ctx, ri.Name, image, digest, reqs)
+	sig.Requirements = fp
+	if sig.State == SignatureUnknown && cached && prev.sig.State == SignatureVerified {
+		// The registry did not answer a recheck: what was verified stays verified.
+		return prev.sig, RecheckUnknown
 	}
+	c.mu.Lock()
+	if c.cache == nil || len(c.cache) >= maxCachedVerdicts {
+		c.cache = map[string]verdict{}
+	}
+	c.cache[key] = verdict{sig: sig, at: now}
+	c.mu.Unlock()
 	return sig, recheck(sig)
 }
 
-func (c *SignatureChecker) check(ctx context.Context, id, image, digest string, reqs signature.Requirements) Signature {
+func (c *SignatureChecker) lookup(ctx context.Context, id, image, digest string, reqs signature.Requirements) Signature {
 	ref, err := registry.Digest(image, c.Insecure)
 	if err != nil {
 		return Signature{State: SignatureRefused, Digest: digest, Reason: vocab.ReasonOf(err), Message: err.Error()}
@@ -105,12 +137,24 @@ func (c *SignatureChecker) check(ctx context.Context, id, image, digest string, 
 	return Signature{State: SignatureVerified, Digest: digest, Message: strings.Join(ok.By, "; ")}
 }
 
+func ttl(s Signature) time.Duration {
+	switch s.State {
+	case SignatureVerified:
+		return RecheckVerified
+	case SignatureRefused:
+		return RecheckRefused
+	}
+	return RecheckUnknown
+}
+
 func recheck(s Signature) time.Duration {
 	switch s.State {
 	case SignatureRefused:
 		return RecheckRefused
 	case SignatureUnknown:
 		return RecheckUnknown
+	case SignatureVerified:
+		return RecheckVerified
 	}
 	return 0
 }

@@ -2,6 +2,7 @@ package runtimeimage
 
 import (
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,11 +11,11 @@ import (
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
-// SignatureState is what the operator knows about the signature of spec.source.image.
+// SignatureState is what the operator knows about the signature of one digest.
 type SignatureState int
 
 const (
-	// SignatureNotRequired: neither spec.verification nor the cluster's keys ask for one.
+	// SignatureNotRequired: neither spec.verification nor the cluster asks for one.
 	SignatureNotRequired SignatureState = iota
 	// SignatureVerified: every requirement is met.
 	SignatureVerified
@@ -24,49 +25,81 @@ const (
 	SignatureUnknown
 )
 
-// Signature is the verdict on the signature of the spec's digest, made by the reconciler
-// (it needs the registry) and handed to Decide.
+// Signature is the verdict on the signature of one digest, made by the reconciler (it
+// needs the registry) and handed to Decide.
 type Signature struct {
 	State   SignatureState
 	Digest  string
 	Reason  vocab.Reason
 	Message string
+	// Requirements is the fingerprint of the requirements the verdict was made under.
+	Requirements string
 }
 
-// holds says whether the verdict keeps the spec's digest from being taken as a
-// generation: it is required and not verified.
+// holds says whether the verdict keeps its digest from being taken as a generation: it is
+// required and not verified.
 func (s Signature) holds() bool {
 	return s.State == SignatureRefused || s.State == SignatureUnknown
 }
 
-// signatureReasons are the Approved reasons a verdict on the signature can leave.
-var signatureReasons = map[vocab.Reason]bool{vocab.ReasonApproved: true, vocab.ReasonSignatureMissing: true, vocab.ReasonSignatureInvalid: true, vocab.ReasonSignatureUnverifiable: true}
+// about returns s when it is a verdict on digest, else an Unknown one: a verdict on another
+// digest says nothing about this one.
+func (s Signature) about(digest string) Signature {
+	if s.State == SignatureNotRequired || s.Digest == digest {
+		return s
+	}
+	return Signature{State: SignatureUnknown, Digest: digest, Reason: vocab.ReasonSignatureUnverifiable,
+		Message: fmt.Sprintf("no verdict on %s yet", digest), Requirements: s.Requirements}
+}
 
-// signatureApproval decides Approved where the signature decides it, nil where it does
-// not: an unverified digest that is the one approved (a policy tightened, a signature
-// taken away) or the epoch's first is not approved; a rotation to one is held and the
-// current generation stays approved (a refused patch must not take down what runs).
-// While the registry cannot be asked, an assigned digest keeps the approval it had.
-func signatureApproval(ri *brewletv1.RuntimeImage, st brewletv1.RuntimeImageStatus, sig Signature, digest string) *metav1.Condition {
-	if !sig.holds() || (st.Digest != "" && st.Digest != digest) {
+// approvedUnder is what an Approved message records about the signature it rests on, so
+// that a pass whose registry does not answer can tell whether that approval was made for
+// the same digest under the same requirements.
+func approvedUnder(s Signature) string {
+	return fmt.Sprintf("signed as required (requirements %s)", s.Requirements)
+}
+
+// signatureApproval decides Approved for the generation's digest (st.Digest, or the spec's
+// when the epoch has none yet) where the signature decides it; nil where it does not
+// (nothing required, or verified: the usual approval, see Decide). The verdict used is the
+// one on that digest: the spec's, or, while a rotation is held, the current generation's,
+// so a rotation to an unsigned digest can never re-approve a current digest that stopped
+// verifying. Refused is False. Unknown keeps the previous approval only when it was made
+// for this digest under the same requirements; otherwise it is Unknown, which no node
+// takes as an approval.
+func signatureApproval(ri *brewletv1.RuntimeImage, st brewletv1.RuntimeImageStatus, v Verdicts, digest string) *metav1.Condition {
+	target, sig := st.Digest, v.Spec.about(digest)
+	if target == "" {
+		target = digest
+	} else if target != digest {
+		sig = v.Current.about(target)
+		if v.Spec.State != SignatureNotRequired && sig.State == SignatureNotRequired {
+			// Both digests are judged by the same requirements: a missing verdict is not "none
+			// required".
+			sig = Signature{State: SignatureUnknown, Digest: target, Reason: vocab.ReasonSignatureUnverifiable,
+				Message: fmt.Sprintf("no verdict on %s yet", target), Requirements: v.Spec.Requirements}
+		}
+	}
+	if sig.State == SignatureNotRequired || sig.State == SignatureVerified {
 		return nil
 	}
 	c := &metav1.Condition{Type: string(vocab.ConditionApproved), ObservedGeneration: ri.Generation}
 	if sig.State == SignatureUnknown {
-		if prev := meta.FindStatusCondition(ri.Status.Conditions, string(vocab.ConditionApproved)); prev != nil && st.Digest != "" && signatureReasons[vocab.Reason(prev.Reason)] {
+		if prev := meta.FindStatusCondition(ri.Status.Conditions, string(vocab.ConditionApproved)); prev != nil && st.Digest != "" &&
+			strings.Contains(prev.Message, target) && strings.Contains(prev.Message, approvedUnder(sig)) {
 			c.Status, c.Reason, c.Message = prev.Status, prev.Reason, prev.Message
 			return c
 		}
 		c.Status, c.Reason = metav1.ConditionUnknown, string(vocab.ReasonSignatureUnverifiable)
-		c.Message = fmt.Sprintf("the signature of %s could not be checked yet: %s", digest, sig.Message)
+		c.Message = fmt.Sprintf("the signature of %s could not be checked under the current requirements: %s", target, sig.Message)
 		return c
 	}
 	c.Status, c.Reason = metav1.ConditionFalse, string(sig.Reason)
-	c.Message = fmt.Sprintf("%s is not approved: %s", digest, sig.Message)
+	c.Message = fmt.Sprintf("%s is not approved: %s", target, sig.Message)
 	return c
 }
 
-// signatureCondition is SignatureVerified for the verdict; nil when none is required.
+// signatureCondition is SignatureVerified for the spec's digest; nil when none is required.
 func signatureCondition(ri *brewletv1.RuntimeImage, st brewletv1.RuntimeImageStatus, sig Signature) *metav1.Condition {
 	if sig.State == SignatureNotRequired {
 		return nil

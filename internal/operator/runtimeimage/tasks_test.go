@@ -65,7 +65,7 @@ func TestTaskObservations(t *testing.T) {
 				fresh = allFresh
 			}
 			r := ri(finalized, image(repo+dB), status(uid, 2, dB))
-			d := Decide(r, tc.reports, 1, fresh, noneSilent, "", Signature{}, t1)
+			d := Decide(r, tc.reports, 1, fresh, noneSilent, "", Verdicts{}, t1)
 			var got []string
 			for _, o := range d.Status.TaskObservations {
 				var bs []string
@@ -90,7 +90,7 @@ func TestTaskObservations(t *testing.T) {
 			// Deciding again from the decided status changes nothing (no rewrite per pass).
 			again := r.DeepCopy()
 			again.Status = d.Status
-			if d2 := Decide(again, tc.reports, 1, fresh, noneSilent, "", Signature{}, metav1.NewTime(t1.Add(time.Hour))); !equality.Semantic.DeepEqual(d2.Status, d.Status) {
+			if d2 := Decide(again, tc.reports, 1, fresh, noneSilent, "", Verdicts{}, metav1.NewTime(t1.Add(time.Hour))); !equality.Semantic.DeepEqual(d2.Status, d.Status) {
 				t.Errorf("a second pass changed the status:\n%+v\n%+v", d.Status, d2.Status)
 			}
 		})
@@ -108,7 +108,7 @@ func TestTaskObservationsBounded(t *testing.T) {
 		}
 		reports = append(reports, tasksOn(fmt.Sprintf("node-%04d", n), true, ts...))
 	}
-	d := Decide(ri(finalized, image(repo+dB), status(uid, 2, dB)), reports, 1, allFresh, noneSilent, "", Signature{}, t1)
+	d := Decide(ri(finalized, image(repo+dB), status(uid, 2, dB)), reports, 1, allFresh, noneSilent, "", Verdicts{}, t1)
 	st := d.Status
 	if len(st.TaskObservations) != MaxObservedNodes || st.OmittedNodes != 7 {
 		t.Fatalf("%d observations, %d omitted nodes", len(st.TaskObservations), st.OmittedNodes)

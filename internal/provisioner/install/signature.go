@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
@@ -12,6 +13,9 @@ import (
 	"brewlet.sh/brewlet/internal/signature"
 	"brewlet.sh/brewlet/internal/vocab"
 )
+
+// sourceLookupTimeout bounds the signature lookup on one source.
+const sourceLookupTimeout = 30 * time.Second
 
 // VerificationOf is Request.Verification for a RuntimeImage's spec.verification: its JSON,
 // which keeps Request comparable.
@@ -57,7 +61,11 @@ func (in *Installer) checkSignature(ctx context.Context, req Request, sources []
 		if in.Keychain != nil {
 			extra = append(extra, remote.WithAuthFromKeychain(in.Keychain))
 		}
-		found, err := signature.Fetch(ctx, src.ref, src.rt, registry.Options(ctx, in.Insecure, append(extra, in.Remote...)...)...)
+		// Each source gets a bounded share, so a hostile or slow mirror cannot use up the
+		// install's deadline before the origin is asked.
+		sctx, cancel := context.WithTimeout(ctx, sourceLookupTimeout)
+		found, err := signature.Fetch(sctx, src.ref, src.rt, registry.Options(sctx, in.Insecure, append(extra, in.Remote...)...)...)
+		cancel()
 		if err != nil {
 			failure = registry.NodeHints.Classify(err, src.host, in.credentialSource(src.ref))
 			in.logf("runtime %s generation %d: signatures from %s could not be read: %v", req.ID, req.Generation, src.host, failure)
