@@ -45,12 +45,9 @@ mkdir -p "$DEBS"
 
 brewlet=$work/brewlet
 (cd "$root" && go build -o "$brewlet" ./cmd/brewlet)
-# BREWLET_INSECURE_REGISTRY=1: the registry is reached in plain HTTP although it is not on
-# loopback (a test cluster's registry on a private address).
 # BREWLET_REGISTRY_CA_FILE: a PEM file of the registry's CA (a registry with a CA of its own);
 # credentials come from the Docker config (DOCKER_CONFIG).
 build_flags=()
-if [ "${BREWLET_INSECURE_REGISTRY:-}" = 1 ]; then build_flags=(--insecure); fi
 if [ -n "${BREWLET_REGISTRY_CA_FILE:-}" ]; then build_flags+=(--ca-file "$BREWLET_REGISTRY_CA_FILE"); fi
 
 accounts() { # ROOT: the runtime's account files and home

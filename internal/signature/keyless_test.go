@@ -89,10 +89,10 @@ func TestKeylessIdentities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Attach(ctx, ref, b); err != nil {
+	if _, err := ref.attach(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	found, err := Fetch(ctx, ref, nil)
+	found, err := ref.fetch(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

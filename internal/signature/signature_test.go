@@ -9,34 +9,69 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"brewlet.sh/brewlet/internal/registry"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
-// pushRandom puts a random image into a registry on httptest and returns its digest
-// reference. referrers says whether the registry has the referrers API (else the tag
-// schema is the only way to find signatures).
-func pushRandom(t *testing.T, referrers bool) name.Digest {
+// testImage is a random image in a registry on httptest that serves TLS and requires
+// basic credentials, as users' registries do; its methods reach it with both.
+type testImage struct {
+	name.Digest
+	rt   http.RoundTripper
+	auth remote.Option
+}
+
+func (i testImage) attach(ctx context.Context, bundle []byte) (string, error) {
+	return Attach(ctx, i.Digest, bundle, remote.WithTransport(i.rt), i.auth)
+}
+
+func (i testImage) fetch(ctx context.Context) ([]Found, error) {
+	return Fetch(ctx, i.Digest, i.rt, i.auth)
+}
+
+// serveTLS serves h over TLS (httptest's certificate, trusted by the returned transport,
+// which also keeps to TLS for this loopback address) behind basic credentials.
+func serveTLS(t *testing.T, h http.Handler) (host string, rt http.RoundTripper, auth remote.Option) {
 	t.Helper()
-	srv := httptest.NewServer(registry.New(registry.WithReferrersSupport(referrers), registry.Logger(log.New(io.Discard, "", 0))))
+	const user, password = "signer", "sign-s3cret"
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != user || p != password {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "https://"), registry.RequireTLS(srv.Client().Transport, false),
+		remote.WithAuth(&authn.Basic{Username: user, Password: password})
+}
+
+// pushRandom puts a random image into a registry of its own and returns it. referrers says
+// whether the registry has the referrers API (else the tag schema is the only way to find
+// signatures).
+func pushRandom(t *testing.T, referrers bool) testImage {
+	t.Helper()
+	host, rt, auth := serveTLS(t, ggcrregistry.New(ggcrregistry.WithReferrersSupport(referrers), ggcrregistry.Logger(log.New(io.Discard, "", 0))))
 	img, err := random.Image(64, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tag, err := name.NewTag(strings.TrimPrefix(srv.URL, "http://")+"/runtimes/python:1", name.Insecure)
+	tag, err := name.NewTag(host + "/runtimes/python:1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(tag, img); err != nil {
+	if err := remote.Write(tag, img, remote.WithTransport(rt), auth); err != nil {
 		t.Fatal(err)
 	}
 	d, _ := img.Digest()
-	return tag.Context().Digest(d.String())
+	return testImage{Digest: tag.Context().Digest(d.String()), rt: rt, auth: auth}
 }
 
 func requirement(t *testing.T, source string, signers ...*Signer) Requirement {
@@ -77,13 +112,13 @@ func TestSignFetchVerify(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := Attach(ctx, ref, b); err != nil {
+			if _, err := ref.attach(ctx, b); err != nil {
 				t.Fatal(err)
 			}
 		}
 		check := func(reqs Requirements) error {
 			t.Helper()
-			found, err := Fetch(ctx, ref, nil)
+			found, err := ref.fetch(ctx)
 			if err != nil {
 				t.Fatalf("referrers=%v: Fetch: %v", referrers, err)
 			}
@@ -183,7 +218,7 @@ func FuzzVerify(f *testing.F) {
 // A registry that answers a referrers lookup with more than a lookup reads is cut off: an
 // error, not the memory.
 func TestFetchBoundsWhatItReads(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	host, rt, auth := serveTLS(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.Contains(r.URL.Path, "/referrers/") {
 			w.Header().Set("Content-Type", "application/vnd.oci.image.index.v1+json")
 			_, _ = io.WriteString(w, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[`)
@@ -197,12 +232,11 @@ func TestFetchBoundsWhatItReads(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	}))
-	defer srv.Close()
-	ref, err := name.NewDigest(strings.TrimPrefix(srv.URL, "http://")+"/runtimes/python@sha256:"+strings.Repeat("b", 64), name.Insecure)
+	ref, err := name.NewDigest(host + "/runtimes/python@sha256:" + strings.Repeat("b", 64))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Fetch(context.Background(), ref, nil); err == nil || !strings.Contains(err.Error(), "longer than") {
+	if _, err := Fetch(context.Background(), ref, rt, auth); err == nil || !strings.Contains(err.Error(), "longer than") {
 		t.Fatalf("got %v; want the answer cut off", err)
 	}
 }

@@ -9,22 +9,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-
-	"brewlet.sh/brewlet/internal/registry"
 )
 
 // BuildRuntimes runs hack/runtimes.sh in the repository root: it builds the local runtime
 // images named by which (busybox, python or all) from Debian packages, pushes them to reg
-// (in plain HTTP also off loopback: test clusters only) and returns NAME -> repo@sha256
-// (python1, python2, busybox). Its progress goes to progress. env is added to the script's
+// and returns NAME -> repo@sha256 (python1, python2, busybox). Its progress goes to progress. env is added to the script's
 // environment: DOCKER_CONFIG and BREWLET_REGISTRY_CA_FILE for a registry serving TLS with
 // a CA of its own and requiring credentials.
 func BuildRuntimes(ctx context.Context, root, reg, which string, progress io.Writer, env ...string) (map[string]string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "runtimes.sh"), reg, which)
 	cmd.Dir, cmd.Stderr, cmd.Env = root, progress, append(os.Environ(), env...)
-	if len(env) == 0 && !registry.IsLoopback(reg) {
-		cmd.Env = append(cmd.Env, "BREWLET_INSECURE_REGISTRY=1")
-	}
 	out, err := cmd.Output()
 	if err != nil {
 		return nil, fmt.Errorf("hack/runtimes.sh %s: %w\n%s", which, err, out)
