@@ -22,9 +22,7 @@ const MaxTrustedRootBytes = 1 << 20
 // keyless signing certificates chain to, and the transparency logs, timestamp authorities
 // and certificate transparency logs that vouch for when a signature was made.
 type TrustedRoot struct {
-	// ID is the first 16 hex digits of the file's SHA-256, for messages.
-	ID   string
-	sum  string // the whole SHA-256, for Fingerprint
+	sum  string // hex SHA-256 of the file, for Fingerprint
 	root *root.TrustedRoot
 }
 
@@ -50,7 +48,7 @@ func ParseTrustedRoot(b []byte) (*TrustedRoot, error) {
 		return nil, vocab.Errorf(vocab.ReasonSignatureInvalid, "the trusted root names no certificate authority, so no keyless certificate can chain to it")
 	}
 	sum := sha256.Sum256(b)
-	return &TrustedRoot{ID: hex.EncodeToString(sum[:8]), sum: hex.EncodeToString(sum[:]), root: r}, nil
+	return &TrustedRoot{sum: hex.EncodeToString(sum[:]), root: r}, nil
 }
 
 // Identity is a keyless signer a requirement accepts.

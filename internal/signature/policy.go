@@ -32,11 +32,22 @@ const (
 
 // Key is one public key a requirement accepts.
 type Key struct {
-	// ID is the key's fingerprint: the first 16 hex digits of the SHA-256 of its DER
-	// (SubjectPublicKeyInfo) encoding, the name messages use.
-	ID       string
-	sum      string // the whole SHA-256, for Fingerprint
+	sum      string // hex SHA-256 of the DER (SubjectPublicKeyInfo) encoding
 	verifier sigsig.Verifier
+}
+
+// ID is the key's fingerprint, the name messages use: the first 16 hex digits of the
+// SHA-256 of its DER (SubjectPublicKeyInfo) encoding.
+func (k Key) ID() string { return k.sum[:16] }
+
+// keySum is the hex SHA-256 of a public key's DER (SubjectPublicKeyInfo) encoding.
+func keySum(pub crypto.PublicKey) (string, error) {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(der)
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // Requirement is one party that must have signed a digest: any one of its keys or keyless
@@ -163,12 +174,11 @@ func newKey(pub crypto.PublicKey) (Key, error) {
 	if err != nil {
 		return Key{}, err
 	}
-	der, err := x509.MarshalPKIXPublicKey(pub)
+	sum, err := keySum(pub)
 	if err != nil {
 		return Key{}, err
 	}
-	sum := sha256.Sum256(der)
-	return Key{ID: hex.EncodeToString(sum[:8]), sum: hex.EncodeToString(sum[:]), verifier: v}, nil
+	return Key{sum: sum, verifier: v}, nil
 }
 
 // For is what a RuntimeImage's digests must satisfy: the cluster's keys (nil: none) and

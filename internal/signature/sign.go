@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -89,9 +88,8 @@ func (s *Signer) PublicPEM() ([]byte, error) {
 
 // KeyID is the public key's fingerprint (Key.ID).
 func (s *Signer) KeyID() string {
-	der, _ := x509.MarshalPKIXPublicKey(&s.priv.PublicKey)
-	sum := sha256.Sum256(der)
-	return hex.EncodeToString(sum[:8])
+	sum, _ := keySum(&s.priv.PublicKey) // an ECDSA P-256 key always encodes
+	return sum[:16]
 }
 
 // Bundle returns a Sigstore bundle (JSON) signing digest (sha256:<hex>): a DSSE envelope

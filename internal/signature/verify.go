@@ -73,7 +73,7 @@ func meet(r Requirement, digest []byte, found []Found, parsed []*bundle.Bundle, 
 		var last error
 		for _, k := range r.Keys {
 			if last = verifyWith(k, b, digest); last == nil {
-				return fmt.Sprintf("%s: key %s (bundle %s)", r.Source, k.ID, short(found[i].Manifest)), nil
+				return fmt.Sprintf("%s: key %s (bundle %s)", r.Source, k.ID(), short(found[i].Manifest)), nil
 			}
 		}
 		for _, id := range r.Identities {
@@ -139,7 +139,7 @@ func sources(reqs Requirements) string {
 func keyIDs(r Requirement) string {
 	s := make([]string, 0, len(r.Keys)+len(r.Identities))
 	for _, k := range r.Keys {
-		s = append(s, k.ID)
+		s = append(s, k.ID())
 	}
 	for _, id := range r.Identities {
 		s = append(s, id.String())

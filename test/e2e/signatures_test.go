@@ -175,7 +175,7 @@ func TestSignedApproval(t *testing.T) {
 		says      string
 	}{
 		{"a missing signature", "unsigned", vocab.ReasonSignatureMissing, "no Sigstore bundle"},
-		{"a signature by another key", "other-key", vocab.ReasonSignatureInvalid, cluster.Keys[0].ID},
+		{"a signature by another key", "other-key", vocab.ReasonSignatureInvalid, cluster.Keys[0].ID()},
 		{"a signature of another digest", "other-digest", vocab.ReasonSignatureInvalid, "bundle"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
