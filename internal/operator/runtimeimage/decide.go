@@ -60,7 +60,7 @@ type Decision struct {
 // rotation (fleetpause.Of; "" none), which holds this one as spec.paused does. sigs are the
 // verdicts on the signatures of the spec's digest and of the current generation's: a digest
 // that must be signed and is not verified is never taken as a generation, nor kept
-// approved (see signatureApproval).
+// approved (see approval).
 func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFailures int, fresh, silent func(node string) bool, fleetPause string, sigs Verdicts, now metav1.Time) Decision {
 	st := *ri.Status.DeepCopy()
 	d := Decision{Holders: Holders(ri.Name, ri.UID, reports)}
@@ -109,19 +109,10 @@ func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFail
 	case ri.Spec.Revoked:
 		approved.Status, approved.Reason = metav1.ConditionFalse, string(vocab.ReasonRevoked)
 		approved.Message = fmt.Sprintf("spec.revoked is true: no new container starts with %s on any node once its authorization expires; running containers keep going. Set spec.revoked to false to re-approve epoch %s", ri.Name, ri.UID)
-	case signatureApproval(ri, st, sigs, digest) != nil:
-		c := signatureApproval(ri, st, sigs, digest)
-		approved.Status, approved.Reason, approved.Message = c.Status, c.Reason, c.Message
 	default:
-		approved.Status, approved.Reason = metav1.ConditionTrue, string(vocab.ReasonApproved)
-		approved.Message = fmt.Sprintf("generation %d (%s) of epoch %s is approved", st.Generation, st.Digest, ri.UID)
-		v := sigs.Spec.about(digest)
-		if st.Digest != digest {
-			v = sigs.Current.about(st.Digest)
-		}
-		if v.State == SignatureVerified {
-			approved.Message += "; " + approvedUnder(v)
-		}
+		var reason vocab.Reason
+		approved.Status, reason, approved.Message = approval(ri, st, sigs, digest)
+		approved.Reason = string(reason)
 	}
 	meta.SetStatusCondition(&st.Conditions, approved)
 	if c := signatureCondition(ri, st, sig); c != nil {

@@ -99,7 +99,7 @@ func (c *SignatureChecker) check(ctx context.Context, ri *brewletv1.RuntimeImage
 	c.mu.Lock()
 	prev, cached := c.cache[key]
 	c.mu.Unlock()
-	if cached && now.Sub(prev.at) < ttl(prev.sig) {
+	if cached && now.Sub(prev.at) < recheck(prev.sig) {
 		return prev.sig, recheck(prev.sig)
 	}
 	sig := c.lookup(ctx, ri.Name, image, digest, reqs)
@@ -137,16 +137,8 @@ func (c *SignatureChecker) lookup(ctx context.Context, id, image, digest string,
 	return Signature{State: SignatureVerified, Digest: digest, Message: strings.Join(ok.By, "; ")}
 }
 
-func ttl(s Signature) time.Duration {
-	switch s.State {
-	case SignatureVerified:
-		return RecheckVerified
-	case SignatureRefused:
-		return RecheckRefused
-	}
-	return RecheckUnknown
-}
-
+// recheck is how long a verdict holds: when the reconciler looks again, and how long the
+// cache keeps it (only verdicts that require a signature are cached).
 func recheck(s Signature) time.Duration {
 	switch s.State {
 	case SignatureRefused:

@@ -59,15 +59,15 @@ func approvedUnder(s Signature) string {
 	return fmt.Sprintf("signed as required (requirements %s)", s.Requirements)
 }
 
-// signatureApproval decides Approved for the generation's digest (st.Digest, or the spec's
-// when the epoch has none yet) where the signature decides it; nil where it does not
-// (nothing required, or verified: the usual approval, see Decide). The verdict used is the
-// one on that digest: the spec's, or, while a rotation is held, the current generation's,
-// so a rotation to an unsigned digest can never re-approve a current digest that stopped
-// verifying. Refused is False. Unknown keeps the previous approval only when it was made
-// for this digest under the same requirements; otherwise it is Unknown, which no node
+// approval decides Approved for a RuntimeImage neither deleted nor revoked. Where a
+// signature is required, the verdict used is the one on the generation's digest (st.Digest,
+// or the spec's when the epoch has none yet): the spec's, or, while a rotation is held, the
+// current generation's, so a rotation to an unsigned digest can never re-approve a current
+// digest that stopped verifying. Verified is True, recording the requirements it was
+// verified under; Refused is False. Unknown keeps the previous approval only when it was
+// made for this digest under the same requirements; otherwise it is Unknown, which no node
 // takes as an approval.
-func signatureApproval(ri *brewletv1.RuntimeImage, st brewletv1.RuntimeImageStatus, v Verdicts, digest string) *metav1.Condition {
+func approval(ri *brewletv1.RuntimeImage, st brewletv1.RuntimeImageStatus, v Verdicts, digest string) (metav1.ConditionStatus, vocab.Reason, string) {
 	target, sig := st.Digest, v.Spec.about(digest)
 	if target == "" {
 		target = digest
@@ -80,23 +80,22 @@ func signatureApproval(ri *brewletv1.RuntimeImage, st brewletv1.RuntimeImageStat
 				Message: fmt.Sprintf("no verdict on %s yet", target), Requirements: v.Spec.Requirements}
 		}
 	}
-	if sig.State == SignatureNotRequired || sig.State == SignatureVerified {
-		return nil
-	}
-	c := &metav1.Condition{Type: string(vocab.ConditionApproved), ObservedGeneration: ri.Generation}
-	if sig.State == SignatureUnknown {
+	switch sig.State {
+	case SignatureNotRequired, SignatureVerified:
+		msg := fmt.Sprintf("generation %d (%s) of epoch %s is approved", st.Generation, st.Digest, ri.UID)
+		if sig.State == SignatureVerified {
+			msg += "; " + approvedUnder(sig)
+		}
+		return metav1.ConditionTrue, vocab.ReasonApproved, msg
+	case SignatureUnknown:
 		if prev := meta.FindStatusCondition(ri.Status.Conditions, string(vocab.ConditionApproved)); prev != nil && st.Digest != "" &&
 			strings.Contains(prev.Message, target) && strings.Contains(prev.Message, approvedUnder(sig)) {
-			c.Status, c.Reason, c.Message = prev.Status, prev.Reason, prev.Message
-			return c
+			return prev.Status, vocab.Reason(prev.Reason), prev.Message
 		}
-		c.Status, c.Reason = metav1.ConditionUnknown, string(vocab.ReasonSignatureUnverifiable)
-		c.Message = fmt.Sprintf("the signature of %s could not be checked under the current requirements: %s", target, sig.Message)
-		return c
+		return metav1.ConditionUnknown, vocab.ReasonSignatureUnverifiable,
+			fmt.Sprintf("the signature of %s could not be checked under the current requirements: %s", target, sig.Message)
 	}
-	c.Status, c.Reason = metav1.ConditionFalse, string(sig.Reason)
-	c.Message = fmt.Sprintf("%s is not approved: %s", target, sig.Message)
-	return c
+	return metav1.ConditionFalse, sig.Reason, fmt.Sprintf("%s is not approved: %s", target, sig.Message)
 }
 
 // signatureCondition is SignatureVerified for the spec's digest; nil when none is required.
