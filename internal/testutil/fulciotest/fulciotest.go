@@ -6,15 +6,11 @@ package fulciotest
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/json"
 	"fmt"
-	"math/big"
 	"net/url"
 	"strings"
 	"time"
@@ -22,42 +18,30 @@ import (
 	"github.com/sigstore/sigstore-go/pkg/root"
 	"github.com/sigstore/sigstore-go/pkg/sign"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"brewlet.sh/brewlet/internal/testutil/testca"
 )
 
 // oidIssuerV2 is Fulcio's extension naming the OIDC issuer (an ASN.1 UTF8String).
 var oidIssuerV2 = asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 57264, 1, 8}
 
 // CA is a certificate authority of keyless signing certificates.
-type CA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
+type CA struct{ ca *testca.CA }
 
-// New makes a CA valid from an hour ago for a day.
+// New makes a CA (testca's: valid from 30 days ago for 30 days more).
 func New() (*CA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testca.New("brewlet-e2e-fulcio")
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "brewlet-e2e-fulcio"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign, BasicConstraintsValid: true, IsCA: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	return &CA{cert: cert, key: key}, nil
+	return &CA{ca: ca}, nil
 }
 
 // TrustedRoot is the trusted_root.json that trusts the CA (no transparency log, no
 // timestamp authority: certificates are checked at the current time).
 func (ca *CA) TrustedRoot() ([]byte, error) {
 	tr, err := root.NewTrustedRoot(root.TrustedRootMediaType01,
-		[]root.CertificateAuthority{&root.FulcioCertificateAuthority{Root: ca.cert, ValidityPeriodStart: ca.cert.NotBefore}}, nil, nil, nil)
+		[]root.CertificateAuthority{&root.FulcioCertificateAuthority{Root: ca.ca.Cert, ValidityPeriodStart: ca.ca.Cert.NotBefore}}, nil, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +86,7 @@ func (i issuerFor) GetCertificate(_ context.Context, kp sign.Keypair, _ *sign.Ce
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), NotBefore: time.Now().Add(-time.Minute),
+	tmpl := &x509.Certificate{NotBefore: time.Now().Add(-time.Minute),
 		NotAfter: time.Now().Add(10 * time.Minute), KeyUsage: x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageCodeSigning}, ExtraExtensions: []pkix.Extension{{Id: oidIssuerV2, Value: ext}}}
 	if strings.Contains(i.subject, "@") && !strings.Contains(i.subject, "://") {
@@ -114,5 +98,5 @@ func (i issuerFor) GetCertificate(_ context.Context, kp sign.Keypair, _ *sign.Ce
 		}
 		tmpl.URIs = []*url.URL{u}
 	}
-	return x509.CreateCertificate(rand.Reader, tmpl, i.ca.cert, kp.GetPublicKey(), i.ca.key)
+	return i.ca.ca.Sign(tmpl, kp.GetPublicKey())
 }

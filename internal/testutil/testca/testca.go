@@ -94,12 +94,11 @@ func (ca *CA) issue(subject pkix.Name, notBefore, notAfter time.Time, usage x509
 		return Leaf{}, err
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(ca.serial.Add(1)),
-		Subject:      subject,
-		NotBefore:    notBefore,
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		Subject:     subject,
+		NotBefore:   notBefore,
+		NotAfter:    notAfter,
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{usage},
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
@@ -108,7 +107,7 @@ func (ca *CA) issue(subject pkix.Name, notBefore, notAfter time.Time, usage x509
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
+	der, err := ca.Sign(tmpl, &key.PublicKey)
 	if err != nil {
 		return Leaf{}, err
 	}
@@ -118,6 +117,13 @@ func (ca *CA) issue(subject pkix.Name, notBefore, notAfter time.Time, usage x509
 	}
 	return Leaf{CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})}, nil
+}
+
+// Sign issues the certificate tmpl describes (its serial number set here) for pub and
+// returns it as DER: for certificates Issue does not make (other extensions and usages).
+func (ca *CA) Sign(tmpl *x509.Certificate, pub any) ([]byte, error) {
+	tmpl.SerialNumber = big.NewInt(ca.serial.Add(1))
+	return x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.key)
 }
 
 // WriteCA writes the CA certificate to path.
