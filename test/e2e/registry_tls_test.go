@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -414,16 +413,6 @@ func TestCLIOverTLSWithACredentialHelper(t *testing.T) {
 	}
 }
 
-// buildCredPlugin builds the test credential provider plugin into dir under name.
-func buildCredPlugin(t *testing.T, dir, name string) {
-	t.Helper()
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), "./test/framework/credplugin")
-	cmd.Dir = framework.RepoRoot(t)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the credential provider plugin: %v\n%s", err, out)
-	}
-}
-
 // Credentials the way the kubelet gets them: the node's CredentialProviderConfig names a
 // plugin (a real process speaking the exec API), whose answer is cached for the duration it
 // gives. The registry rotates its password (a token expiring): while the cached answer is
@@ -439,7 +428,7 @@ func TestInstallWithACredentialProvider(t *testing.T) {
 		refs[i] = pushTo(t, reg, "runtimes/shell", withFile(t, shellImage(t), "etc/generation", fmt.Sprint(i+1)), "token", "pw-1")
 	}
 	bin, state := t.TempDir(), t.TempDir()
-	buildCredPlugin(t, bin, "brewlet-test-plugin")
+	must(t, framework.BuildCredPlugin(t, filepath.Join(bin, "brewlet-test-plugin")))
 	pwFile, logFile := filepath.Join(state, "password"), filepath.Join(state, "runs")
 	if err := os.WriteFile(pwFile, []byte("pw-1"), 0o600); err != nil {
 		t.Fatal(err)

@@ -443,10 +443,8 @@ func (k *KubeletNode) credentialProvider(t TB, reg *RegistryAccess) error {
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return err
 	}
-	cmd := exec.Command("go", "build", "-o", filepath.Join(bin, "brewlet-e2e-credentials"), "./test/framework/credplugin")
-	cmd.Dir, cmd.Env = RepoRoot(t), append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build the credential provider plugin: %v\n%s", err, out)
+	if err := BuildCredPlugin(t, filepath.Join(bin, "brewlet-e2e-credentials")); err != nil {
+		return err
 	}
 	pw := filepath.Join(dir, "password")
 	if err := os.WriteFile(pw, []byte(reg.Password), 0o600); err != nil {
@@ -466,4 +464,15 @@ providers:
 `, reg.Addr, reg.Addr, reg.User, pw)
 	k.CredentialProviderConfig, k.CredentialProviderBinDir = filepath.Join(dir, "config.yaml"), bin
 	return os.WriteFile(k.CredentialProviderConfig, []byte(cfg), 0o644)
+}
+
+// BuildCredPlugin builds the test credential provider plugin (test/framework/credplugin) to
+// path, static, so that it also runs in a pod (the chart's agent runs the node's plugins).
+func BuildCredPlugin(t TB, path string) error {
+	cmd := exec.Command("go", "build", "-o", path, "./test/framework/credplugin")
+	cmd.Dir, cmd.Env = RepoRoot(t), append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build the credential provider plugin: %v\n%s", err, out)
+	}
+	return nil
 }

@@ -67,32 +67,37 @@ func (c *SignatureChecker) CheckAll(ctx context.Context, ri *brewletv1.RuntimeIm
 	if ri.DeletionTimestamp != nil || ri.Spec.Revoked {
 		return Verdicts{}, 0
 	}
-	spec, after := c.check(ctx, ri, ri.Spec.Source.Image)
-	v := Verdicts{Spec: spec}
+	if c == nil {
+		c = &SignatureChecker{}
+	}
+	images := []string{ri.Spec.Source.Image}
 	if cur := ri.Status.Digest; cur != "" && cur != DigestOf(ri.Spec.Source.Image) && ri.Status.Epoch == ri.UID {
 		repo, _, _ := strings.Cut(ri.Spec.Source.Image, "@")
+		images = append(images, repo+"@"+cur)
+	}
+	reqs, err := signature.For(ri.Name, ri.Spec.Verification, c.Cluster, c.Root)
+	var sigs [2]Signature
+	var after time.Duration
+	for i, image := range images {
 		var a time.Duration
-		v.Current, a = c.check(ctx, ri, repo+"@"+cur)
+		switch {
+		case err != nil:
+			sigs[i] = Signature{State: SignatureRefused, Digest: DigestOf(image), Reason: vocab.ReasonOf(err), Message: err.Error()}
+		case len(reqs) == 0:
+			sigs[i] = Signature{State: SignatureNotRequired, Digest: DigestOf(image)}
+		default:
+			sigs[i], a = c.check(ctx, ri.Name, image, reqs)
+		}
 		if a > 0 && (after == 0 || a < after) {
 			after = a
 		}
 	}
-	return v, after
+	return Verdicts{Spec: sigs[0], Current: sigs[1]}, after
 }
 
-// check judges one image (repo@digest) by ri's requirements.
-func (c *SignatureChecker) check(ctx context.Context, ri *brewletv1.RuntimeImage, image string) (Signature, time.Duration) {
-	if c == nil {
-		c = &SignatureChecker{}
-	}
+// check judges one image (repo@digest) by reqs, which require something.
+func (c *SignatureChecker) check(ctx context.Context, id, image string, reqs signature.Requirements) (Signature, time.Duration) {
 	digest := DigestOf(image)
-	reqs, err := signature.For(ri.Name, ri.Spec.Verification, c.Cluster, c.Root)
-	if err != nil {
-		return Signature{State: SignatureRefused, Digest: digest, Reason: vocab.ReasonOf(err), Message: err.Error()}, 0
-	}
-	if len(reqs) == 0 {
-		return Signature{State: SignatureNotRequired, Digest: digest}, 0
-	}
 	fp := reqs.Fingerprint()
 	key := image + "|" + fp
 	now := c.now()
@@ -102,7 +107,7 @@ func (c *SignatureChecker) check(ctx context.Context, ri *brewletv1.RuntimeImage
 	if cached && now.Sub(prev.at) < recheck(prev.sig) {
 		return prev.sig, recheck(prev.sig)
 	}
-	sig := c.lookup(ctx, ri.Name, image, digest, reqs)
+	sig := c.lookup(ctx, id, image, digest, reqs)
 	sig.Requirements = fp
 	if sig.State == SignatureUnknown && cached && prev.sig.State == SignatureVerified {
 		// The registry did not answer a recheck: what was verified stays verified.
