@@ -23,20 +23,30 @@ func main() {
 	plats := flag.String("platforms", "linux/amd64,linux/arm64", "comma-separated os/arch[/variant]")
 	insecure := flag.Bool("insecure", false, "plain HTTP to a non-loopback registry")
 	only := flag.String("only", "", "comma-separated component names (default: all)")
+	var caFiles []string
+	flag.Func("ca-file", "a PEM file of authorities trusted for the registry besides the system's (repeatable)", func(v string) error {
+		caFiles = append(caFiles, v)
+		return nil
+	})
 	flag.Parse()
 	if *reg == "" {
-		fmt.Fprintln(os.Stderr, "usage: images --registry HOST[:PORT][/PREFIX] [--tag T] [--platforms P,...]")
+		fmt.Fprintln(os.Stderr, "usage: images --registry HOST[:PORT][/PREFIX] [--tag T] [--platforms P,...] [--ca-file PEM]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *reg, *tag, *plats, *only, *insecure); err != nil {
+	if err := run(ctx, *reg, *tag, *plats, *only, *insecure, caFiles); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, reg, tag, plats, only string, insecure bool) error {
+func run(ctx context.Context, reg, tag, plats, only string, insecure bool, caFiles []string) error {
+	// The registry's trust: credentials come from the Docker config, as for the CLI.
+	client, err := registry.ClientOptions(ctx, insecure, caFiles)
+	if err != nil {
+		return err
+	}
 	var platforms []v1.Platform
 	for _, s := range strings.Split(plats, ",") {
 		p, err := registry.ParsePlatform(strings.TrimSpace(s))
@@ -59,7 +69,7 @@ func run(ctx context.Context, reg, tag, plats, only string, insecure bool) error
 		if err != nil {
 			return err
 		}
-		ref, err := images.Push(ctx, idx, strings.TrimSuffix(reg, "/")+"/"+c.Name, tag, insecure)
+		ref, err := images.Push(ctx, idx, strings.TrimSuffix(reg, "/")+"/"+c.Name, tag, insecure, client...)
 		if err != nil {
 			return err
 		}

@@ -95,7 +95,6 @@ func StartWith(t framework.TB, o Options) *Cluster {
 		nopts.View, nopts.OwnNetwork = framework.NewInstance(t, "v").Dir, true
 	}
 	first := nopts
-	first.SecureRegistry = true // where every image of the cluster is pushed
 	// The first node first: the API server listens on its gateway address, where pods reach it.
 	nodes := []*framework.Node{framework.StartNodeWith(t, first)}
 	access := nodes[0].RegistryAccess

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -78,7 +79,7 @@ func (w *agentWorld) offer(t *testing.T, images map[string]string) *brewletv1.No
 
 func (w *agentWorld) agent(t *testing.T, ttl, period time.Duration) *agent.Agent {
 	return &agent.Agent{Client: w.cp.Client, NodeName: w.nodeName, Layout: w.host, AuthTTL: ttl, Period: period, Log: t.Logf,
-		Installer: &install.Installer{Layout: w.host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
+		Installer: &install.Installer{Layout: w.host, Trust: framework.RegistryTrust(t), Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
 }
 
 // run starts a.Run and returns its stop, which returns once Run (and every install it
@@ -166,7 +167,7 @@ func TestAgentRestartRevokesDroppedID(t *testing.T) {
 // installs once the registry moves again.
 func TestAgentRenewsWhileRegistryStalls(t *testing.T) {
 	w := newAgentWorld(t)
-	proxy := startStallProxy(t, w.reg.Addr)
+	proxy := startStallProxy(t, w.reg)
 	const stalledID = "python-stalled"
 	_, path, _ := strings.Cut(w.refs["python2"], "/")
 	w.offer(t, map[string]string{pyID: w.refs["python1"], stalledID: proxy.addr + "/" + path})
@@ -207,7 +208,8 @@ func TestAgentRenewsWhileRegistryStalls(t *testing.T) {
 }
 
 // stallProxy forwards to a registry, but sends only half of every large blob (a layer)
-// and then holds the connection until release is closed.
+// and then holds the connection until release is closed. Like blobStallProxy it serves TLS
+// from the test process's registry authority and brings its own credentials to the origin.
 type stallProxy struct {
 	addr    string
 	release chan struct{}
@@ -215,21 +217,23 @@ type stallProxy struct {
 	once    sync.Once
 }
 
-func startStallProxy(t *testing.T, upstream string) *stallProxy {
+func startStallProxy(t *testing.T, upstream *framework.Registry) *stallProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	a := upstream.Access()
+	up := &basicAuth{user: a.User, password: a.Password, rt: framework.RegistryTransport(t)}
 	p := &stallProxy{addr: ln.Addr().String(), release: make(chan struct{}), stalled: make(chan struct{})}
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		req, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+upstream+r.URL.RequestURI(), r.Body)
+		req, err := http.NewRequestWithContext(r.Context(), r.Method, "https://"+upstream.Addr+r.URL.RequestURI(), r.Body)
 		if err != nil {
 			http.Error(rw, err.Error(), http.StatusBadGateway)
 			return
 		}
 		req.Header = r.Header.Clone()
-		resp, err := http.DefaultTransport.RoundTrip(req)
+		resp, err := up.RoundTrip(req)
 		if err != nil {
 			http.Error(rw, err.Error(), http.StatusBadGateway)
 			return
@@ -251,7 +255,7 @@ func startStallProxy(t *testing.T, upstream string) *stallProxy {
 		}
 		_, _ = io.Copy(rw, resp.Body)
 	})}
-	go func() { _ = srv.Serve(ln) }()
+	go func() { _ = srv.Serve(tls.NewListener(ln, framework.RegistryServerTLS(t, "127.0.0.1"))) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return p
 }

@@ -47,7 +47,7 @@ func TestAgentStartupTaintHoldsPodsUntilTheRuntimeIsReady(t *testing.T) {
 		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), Reason: "KubeletReady"}}}
 	must(t, c.Status().Update(ctx, node))
 
-	proxy := startStallProxy(t, w.reg.Addr)
+	proxy := startStallProxy(t, w.reg)
 	_, path, _ := strings.Cut(w.refs["python1"], "/")
 	w.offer(t, map[string]string{pyID: proxy.addr + "/" + path})
 	eventually(t, time.Minute, "RuntimeClass brewlet", func() (bool, string) {

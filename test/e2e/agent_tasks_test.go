@@ -21,6 +21,7 @@ import (
 	"brewlet.sh/brewlet/internal/provisioner/agent"
 	"brewlet.sh/brewlet/internal/provisioner/install"
 	"brewlet.sh/brewlet/internal/provisioner/tasks"
+	"brewlet.sh/brewlet/test/framework"
 )
 
 // The node report is reconciled against containerd's live tasks (docs/provisioner.md, "Task report"): a Brewlet
@@ -54,7 +55,7 @@ func TestAgentReportsLiveTasks(t *testing.T) {
 	ctrd := &tasks.Containerd{Socket: n.Socket}
 	ag := &agent.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 2 * time.Minute, Log: logf,
 		Tasks:     ctrd,
-		Installer: &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
+		Installer: &install.Installer{Layout: host, Trust: framework.RegistryTrust(t), Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
 	defer ag.Close()
 	must(host.CloseFence())
 	must(ag.ReconcileAndWait(ctx))

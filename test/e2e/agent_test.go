@@ -64,7 +64,7 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 	// A long authorization for the flow (a slow machine must not expire it between steps);
 	// the expiry subtest shortens it.
 	ag := &agent.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 2 * time.Minute, Log: t.Logf,
-		Installer: &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
+		Installer: &install.Installer{Layout: host, Trust: framework.RegistryTrust(t), Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
 	defer ag.Close()
 	ag.Host = &brewletv1.NodeCleanup{ShimInstalled: true, ContainerdHandlerRegistered: true} // what PrepareHost reported
 	must(host.CloseFence())                                                                  // as Run does at start
@@ -241,7 +241,7 @@ func TestAgentOnDemandInstall(t *testing.T) {
 	host := hoststate.Under(n.HostPrefix)
 	// A period far longer than the shim's OnDemand wait: only the request can wake the agent.
 	ag := &agent.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 5 * time.Minute, Period: 2 * time.Minute, Log: t.Logf,
-		Installer: &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
+		Installer: &install.Installer{Layout: host, Trust: framework.RegistryTrust(t), Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
 	defer ag.Close()
 	must(ag.ReconcileAndWait(ctx))
 	node := &corev1.Node{}

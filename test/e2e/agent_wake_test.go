@@ -70,7 +70,7 @@ func startWiredAgent(t *testing.T, e *agentEnv) (hoststate.Layout, *clusterview.
 	e.must(err)
 	e.must(view.Start(runCtx, wake))
 	ag := &agent.Agent{Client: e.c, View: view, NodeName: e.nodeName, Layout: host, AuthTTL: 5 * time.Minute, Period: 2 * time.Minute,
-		Log: t.Logf, Wake: wake, Installer: &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
+		Log: t.Logf, Wake: wake, Installer: &install.Installer{Layout: host, Trust: framework.RegistryTrust(t), Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}}
 	ran := make(chan struct{})
 	go clusterview.Wakeup{Client: wc, NodeName: e.nodeName, Log: t.Logf}.Run(runCtx, wake)
 	go func() { defer close(ran); _ = ag.Run(runCtx) }()

@@ -120,7 +120,7 @@ func newShimBench(t *testing.T, cli string) *shimBench {
 		{Name: "bin/", Mode: 0o755, Typeflag: tar.TypeDir},
 		{Name: "bin/busybox", Mode: 0o755, Body: bb},
 	}, nil)
-	in := &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
+	in := &install.Installer{Layout: host, Trust: framework.RegistryTrust(t), Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
 	const id, epoch = "bench", "9d8c7b6a-5f4e-4d3c-8b2a-1f0e9d8c7b6a"
 	if _, err := in.Install(context.Background(), install.Request{ID: id, Epoch: epoch, Generation: 1, Image: rt, UID: 20001, GID: 20001}); err != nil {
 		t.Fatal(err)
@@ -261,11 +261,14 @@ func TestBenchInstall(t *testing.T) {
 			n := framework.StartNode(t)
 			refs := buildRuntimes(t, n.Registry, "python")
 			host := hoststate.Under(n.HostPrefix)
-			in := &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
+			in := &install.Installer{Layout: host, Trust: framework.RegistryTrust(t), Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
 			ctr := framework.Tool(t, "ctr")
 			pull := func(gen int) float64 {
 				t0 := time.Now()
-				cmd := exec.Command(ctr, "-a", n.Socket, "-n", "bench", "images", "pull", "--plain-http", refs[fmt.Sprintf("python%d", gen)])
+				// The node's registry as containerd reaches it: its hosts.toml (the CA), its credentials.
+				a := n.RegistryAccess
+				cmd := exec.Command(ctr, "-a", n.Socket, "-n", "bench", "images", "pull", "--hosts-dir", filepath.Join(n.Dir, "certs.d"),
+					"--user", a.User+":"+a.Password, refs[fmt.Sprintf("python%d", gen)])
 				if out, err := cmd.CombinedOutput(); err != nil {
 					t.Fatalf("ctr pull: %v\n%s", err, out)
 				}

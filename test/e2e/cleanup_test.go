@@ -68,7 +68,7 @@ func TestAgentCleansTheNodeOnProfileDeletion(t *testing.T) {
 		},
 		Health: func(ctx context.Context) error { return handlerListed(ctx, n) }}
 	ag := &agent.Agent{Client: c, NodeName: nodeName, Layout: host, AuthTTL: 2 * time.Minute, Log: t.Logf,
-		Installer: &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}},
+		Installer: &install.Installer{Layout: host, Trust: framework.RegistryTrust(t), Platform: v1.Platform{OS: "linux", Architecture: "amd64"}},
 		// A long grace: a node no profile selects removes unused runtimes without it.
 		Collector: &gc.Collector{Layout: host, Grace: time.Hour, MountInfo: "/proc/self/mountinfo"},
 		Tasks:     &tasks.Containerd{Socket: n.Socket},

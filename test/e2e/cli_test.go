@@ -54,7 +54,9 @@ func buildCLI(t *testing.T) string {
 
 func brewlet(t *testing.T, bin string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	// The harness's registries serve TLS from the test process's authority, as a company
+	// registry with a private CA does (credentials: the process's Docker config).
+	cmd := exec.Command(bin, append(append([]string{}, args...), "--ca-file="+framework.RegistryCAFile(t))...)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -156,7 +158,7 @@ func TestCLIPushInspectVerify(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		desc, err := remote.Get(d)
+		desc, err := remote.Get(d, framework.RegistryClient(t)...)
 		if err != nil || desc.MediaType != types.OCIImageIndex {
 			t.Fatalf("not an index: %v %v", err, desc)
 		}
@@ -180,7 +182,7 @@ func TestCLIPushInspectVerify(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := remote.Head(badRef); err == nil {
+		if _, err := remote.Head(badRef, framework.RegistryClient(t)...); err == nil {
 			t.Fatal("a refused artifact was pushed")
 		}
 		_, errOut, code = brewlet(t, bin, "push", reg.Addr+"/shop/bad:1", "--layer", "app="+bad+":/etc", "--entrypoint", "x")
@@ -207,7 +209,7 @@ func TestCLIPushInspectVerify(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plain, err := testimage.Push(img, reg.Addr+"/plain/busybox:1")
+		plain, err := testimage.Push(img, reg.Addr+"/plain/busybox:1", framework.RegistryClient(t)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,7 +281,7 @@ func pushCrafted(t *testing.T, ref string, mutateConfig func(*v1.Config), versio
 	if version != "" {
 		img = mutate.Annotations(img, map[string]string{vocab.AnnotationArtifactVersion: version}).(v1.Image)
 	}
-	out, err := testimage.Push(img, ref)
+	out, err := testimage.Push(img, ref, framework.RegistryClient(t)...)
 	if err != nil {
 		t.Fatal(err)
 	}

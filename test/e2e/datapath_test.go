@@ -55,7 +55,7 @@ func newDataPathOn(t *testing.T, n *framework.Node) *dataPath {
 	t.Helper()
 	d := &dataPath{n: n, host: hoststate.Under(n.HostPrefix), epoch: "0c6f9a52-1b7e-4d2a-9c1e-5a8f3e2d4b10"}
 	d.refs = buildRuntimes(t, n.Registry, "python")
-	d.inst = &install.Installer{Layout: d.host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
+	d.inst = &install.Installer{Layout: d.host, Trust: framework.RegistryTrust(t), Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
 	d.install(t, 1)
 	if err := d.host.OpenFence(); err != nil {
 		t.Fatal(err)

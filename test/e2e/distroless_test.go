@@ -37,7 +37,7 @@ func TestDistrolessRuntimeAndHiddenRuntimeApp(t *testing.T) {
 		{Name: "app/src/from-runtime", Mode: 0o644, Body: []byte("must not be seen either")},
 	}, nil)
 	const id, epoch = "static", "5b2d7c9e-0a1f-4e3b-8c6d-1f2e3d4c5b6a"
-	in := &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
+	in := &install.Installer{Layout: host, Trust: framework.RegistryTrust(t), Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
 	g, err := in.Install(context.Background(), install.Request{ID: id, Epoch: epoch, Generation: 1, Image: rt, UID: 20001, GID: 20002})
 	if err != nil {
 		t.Fatal(err)

@@ -82,7 +82,7 @@ func TestEcosystems(t *testing.T) {
 	refs := buildRuntimes(t, n.Registry, "all")
 	cli := buildCLI(t)
 	host := hoststate.Under(n.HostPrefix)
-	inst := &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
+	inst := &install.Installer{Layout: host, Trust: framework.RegistryTrust(t), Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
 	if err := host.OpenFence(); err != nil {
 		t.Fatal(err)
 	}

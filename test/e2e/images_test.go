@@ -26,7 +26,7 @@ import (
 // real containerd + runc node.
 func TestComponentImages(t *testing.T) {
 	n := framework.StartNode(t)
-	cmd := exec.Command("go", "run", "./hack/images", "--registry", n.Registry+"/brewlet", "--tag", "e2e")
+	cmd := exec.Command("go", "run", "./hack/images", "--registry", n.Registry+"/brewlet", "--tag", "e2e", "--ca-file", framework.RegistryCAFile(t))
 	cmd.Dir = framework.RepoRoot(t)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -49,7 +49,7 @@ func TestComponentImages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		idx, err := remote.Index(d)
+		idx, err := remote.Index(d, framework.RegistryClient(t)...)
 		if err != nil {
 			t.Fatalf("%s is not an index: %v", ref, err)
 		}
@@ -71,7 +71,7 @@ func TestComponentImages(t *testing.T) {
 			t.Errorf("%s platforms = %v", c.Name, plats)
 		}
 		// The tag points at the same index.
-		tagged, err := remote.Index(d.Context().Tag("e2e"))
+		tagged, err := remote.Index(d.Context().Tag("e2e"), framework.RegistryClient(t)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +85,7 @@ func TestComponentImages(t *testing.T) {
 		}
 	}
 	// Same sources and tag, same digest: a second build does not change what the chart pins.
-	again := exec.Command("go", "run", "./hack/images", "--registry", n.Registry+"/brewlet", "--tag", "e2e", "--only", "brewlet-operator")
+	again := exec.Command("go", "run", "./hack/images", "--registry", n.Registry+"/brewlet", "--tag", "e2e", "--only", "brewlet-operator", "--ca-file", framework.RegistryCAFile(t))
 	again.Dir = framework.RepoRoot(t)
 	out2, err := again.Output()
 	if err != nil {

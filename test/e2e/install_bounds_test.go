@@ -139,11 +139,11 @@ func TestInstallSkipsHostileMirror(t *testing.T) {
 	origin := framework.StartRegistry(t)
 	mirror := framework.StartRegistry(t)
 	img := shellImage(t)
-	ref, err := testimage.Push(img, origin.Addr+"/runtimes/shell:1")
+	ref, err := testimage.Push(img, origin.Addr+"/runtimes/shell:1", framework.RegistryClient(t)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := testimage.Push(img, mirror.Addr+"/runtimes/shell:1"); err != nil {
+	if _, err := testimage.Push(img, mirror.Addr+"/runtimes/shell:1", framework.RegistryClient(t)...); err != nil {
 		t.Fatal(err)
 	}
 	// Swap the layer blob on the mirror's disk for a bomb of the same size, so the registry
@@ -166,7 +166,7 @@ func TestInstallSkipsHostileMirror(t *testing.T) {
 	t.Run("a blob with the wrong digest is never decompressed", func(t *testing.T) {
 		logs := &logSink{}
 		l := hoststate.Under(t.TempDir())
-		in := &install.Installer{Layout: l, Platform: linuxAMD64, Limits: limits, Log: logs.Logf,
+		in := &install.Installer{Layout: l, Trust: framework.RegistryTrust(t), Platform: linuxAMD64, Limits: limits, Log: logs.Logf,
 			Mirrors: map[string][]string{origin.Addr: {mirror.Addr}}}
 		res, err := in.Install(context.Background(), req)
 		if err != nil {
@@ -186,14 +186,14 @@ func TestInstallSkipsHostileMirror(t *testing.T) {
 	})
 
 	t.Run("a hostile image only the mirror has is the mirror's failure, not the runtime's", func(t *testing.T) {
-		hostile, err := testimage.Push(bombImage(t, gzipBomb(t, 256<<20)), mirror.Addr+"/runtimes/bomb:1")
+		hostile, err := testimage.Push(bombImage(t, gzipBomb(t, 256<<20)), mirror.Addr+"/runtimes/bomb:1", framework.RegistryClient(t)...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, digest, _ := strings.Cut(hostile, "@")
 		logs := &logSink{}
 		l := hoststate.Under(t.TempDir())
-		in := &install.Installer{Layout: l, Platform: linuxAMD64, Limits: limits, Log: logs.Logf,
+		in := &install.Installer{Layout: l, Trust: framework.RegistryTrust(t), Platform: linuxAMD64, Limits: limits, Log: logs.Logf,
 			Mirrors: map[string][]string{origin.Addr: {mirror.Addr}}}
 		breq := req
 		breq.ID, breq.Image = "bomb", origin.Addr+"/runtimes/bomb@"+digest
@@ -208,7 +208,7 @@ func TestInstallSkipsHostileMirror(t *testing.T) {
 		noTmpLeft(t, l)
 		// The same image from its own registry is refused by the byte cap, well before it
 		// fills the disk.
-		direct := &install.Installer{Layout: l, Platform: linuxAMD64, Limits: limits, Log: logs.Logf}
+		direct := &install.Installer{Layout: l, Trust: framework.RegistryTrust(t), Platform: linuxAMD64, Limits: limits, Log: logs.Logf}
 		breq.Image = hostile
 		if _, err := direct.Install(context.Background(), breq); vocab.ReasonOf(err) != vocab.ReasonLimitExceeded {
 			t.Fatalf("bomb from its origin: %v; want LimitExceeded", err)
@@ -218,17 +218,23 @@ func TestInstallSkipsHostileMirror(t *testing.T) {
 }
 
 // blobStallProxy forwards to a registry but, for GETs of one blob, sends part of the body and
-// then either stops (stall) or trickles a byte every tick.
-func blobStallProxy(t *testing.T, upstream, digest string, trickle time.Duration) string {
+// then either stops (stall) or trickles a byte every tick. It serves TLS from the test
+// process's registry authority and reaches the registry with the registry's own credentials,
+// as a pull-through mirror holding its own credentials to the origin does.
+func blobStallProxy(t *testing.T, upstream *framework.Registry, digest string, trickle time.Duration) string {
 	t.Helper()
-	u, _ := url.Parse("http://" + upstream)
+	a := upstream.Access()
+	up := &basicAuth{user: a.User, password: a.Password, rt: framework.RegistryTransport(t)}
+	u, _ := url.Parse("https://" + upstream.Addr)
 	rp := httputil.NewSingleHostReverseProxy(u)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	rp.Transport = up
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, "/blobs/"+digest) {
 			rp.ServeHTTP(w, r)
 			return
 		}
-		resp, err := http.Get("http://" + upstream + r.URL.Path)
+		get, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, "https://"+upstream.Addr+r.URL.Path, nil)
+		resp, err := up.RoundTrip(get)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
@@ -251,8 +257,23 @@ func blobStallProxy(t *testing.T, upstream, digest string, trickle time.Duration
 		}
 		<-r.Context().Done()
 	}))
+	srv.TLS = framework.RegistryServerTLS(t, "127.0.0.1")
+	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
+	return strings.TrimPrefix(srv.URL, "https://")
+}
+
+// basicAuth adds a registry's credentials to every request (the mirror's own, towards the
+// origin; registries answer basic credentials on any request).
+type basicAuth struct {
+	user, password string
+	rt             http.RoundTripper
+}
+
+func (b *basicAuth) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.SetBasicAuth(b.user, b.password)
+	return b.rt.RoundTrip(r)
 }
 
 // A registry that stalls mid-body fails the install within the stall timeout with a reason
@@ -262,7 +283,7 @@ func TestInstallRegistryStall(t *testing.T) {
 	framework.RequireRoot(t)
 	reg := framework.StartRegistry(t)
 	img := shellImage(t)
-	ref, err := testimage.Push(img, reg.Addr+"/runtimes/shell:1")
+	ref, err := testimage.Push(img, reg.Addr+"/runtimes/shell:1", framework.RegistryClient(t)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,9 +295,9 @@ func TestInstallRegistryStall(t *testing.T) {
 
 	t.Run("stall mid-body", func(t *testing.T) {
 		l := hoststate.Under(t.TempDir())
-		in := &install.Installer{Layout: l, Platform: linuxAMD64, Timeouts: timeouts, Deadline: time.Minute, Log: t.Logf}
+		in := &install.Installer{Layout: l, Trust: framework.RegistryTrust(t), Platform: linuxAMD64, Timeouts: timeouts, Deadline: time.Minute, Log: t.Logf}
 		req := req
-		req.Image = blobStallProxy(t, reg.Addr, dg.String(), 0) + "/" + repoDigest
+		req.Image = blobStallProxy(t, reg, dg.String(), 0) + "/" + repoDigest
 		start := time.Now()
 		_, err := in.Install(context.Background(), req)
 		took := time.Since(start)
@@ -292,9 +313,9 @@ func TestInstallRegistryStall(t *testing.T) {
 
 	t.Run("trickle past the deadline", func(t *testing.T) {
 		l := hoststate.Under(t.TempDir())
-		in := &install.Installer{Layout: l, Platform: linuxAMD64, Timeouts: timeouts, Deadline: 5 * time.Second, Log: t.Logf}
+		in := &install.Installer{Layout: l, Trust: framework.RegistryTrust(t), Platform: linuxAMD64, Timeouts: timeouts, Deadline: 5 * time.Second, Log: t.Logf}
 		req := req
-		req.Image = blobStallProxy(t, reg.Addr, dg.String(), 200*time.Millisecond) + "/" + repoDigest
+		req.Image = blobStallProxy(t, reg, dg.String(), 200*time.Millisecond) + "/" + repoDigest
 		start := time.Now()
 		_, err := in.Install(context.Background(), req)
 		took := time.Since(start)
@@ -311,8 +332,8 @@ func TestInstallRegistryStall(t *testing.T) {
 	t.Run("a stalling mirror is skipped", func(t *testing.T) {
 		l := hoststate.Under(t.TempDir())
 		logs := &logSink{}
-		mirror := blobStallProxy(t, reg.Addr, dg.String(), 0)
-		in := &install.Installer{Layout: l, Platform: linuxAMD64, Timeouts: timeouts, Deadline: time.Minute, Log: logs.Logf,
+		mirror := blobStallProxy(t, reg, dg.String(), 0)
+		in := &install.Installer{Layout: l, Trust: framework.RegistryTrust(t), Platform: linuxAMD64, Timeouts: timeouts, Deadline: time.Minute, Log: logs.Logf,
 			Mirrors: map[string][]string{reg.Addr: {mirror}}}
 		req := req
 		req.Image = ref
@@ -333,13 +354,13 @@ func TestInstallRegistryStall(t *testing.T) {
 func TestInstallReverifiesCacheAndCollectsWorkspaces(t *testing.T) {
 	framework.RequireRoot(t)
 	reg := framework.StartRegistry(t)
-	ref, err := testimage.Push(shellImage(t), reg.Addr+"/runtimes/shell:1")
+	ref, err := testimage.Push(shellImage(t), reg.Addr+"/runtimes/shell:1", framework.RegistryClient(t)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := hoststate.Under(t.TempDir())
 	logs := &logSink{}
-	in := &install.Installer{Layout: l, Platform: linuxAMD64, Log: logs.Logf}
+	in := &install.Installer{Layout: l, Trust: framework.RegistryTrust(t), Platform: linuxAMD64, Log: logs.Logf}
 	req := install.Request{ID: "shell", Epoch: "0b7e9a3c-5d1f-4e2a-8b6c-1d2e3f4a5b6c", Generation: 1, Image: ref, UID: 10001, GID: 10001}
 	r1, err := in.Install(context.Background(), req)
 	if err != nil {
@@ -405,12 +426,12 @@ func TestInstallReverifiesCacheAndCollectsWorkspaces(t *testing.T) {
 func TestInstallConcurrentSharedLayer(t *testing.T) {
 	framework.RequireRoot(t)
 	reg := framework.StartRegistry(t)
-	ref, err := testimage.Push(shellImage(t), reg.Addr+"/runtimes/shell:1")
+	ref, err := testimage.Push(shellImage(t), reg.Addr+"/runtimes/shell:1", framework.RegistryClient(t)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := hoststate.Under(t.TempDir())
-	in := &install.Installer{Layout: l, Platform: linuxAMD64, Log: t.Logf}
+	in := &install.Installer{Layout: l, Trust: framework.RegistryTrust(t), Platform: linuxAMD64, Log: t.Logf}
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {

@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/provisioner/gc"
@@ -31,7 +29,7 @@ func TestInstallGenerations(t *testing.T) {
 	reg := framework.StartRegistry(t)
 	refs := buildRuntimes(t, reg.Addr, "python")
 	l := hoststate.Under(t.TempDir())
-	in := &install.Installer{Layout: l, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
+	in := &install.Installer{Layout: l, Trust: framework.RegistryTrust(t), Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
 	ctx := context.Background()
 	req := func(gen int64, image string) install.Request {
 		return install.Request{ID: "python-3.11", Epoch: "6f1c0d8e-7a8b-4c1d-9e2f-000000000001", Generation: gen,
@@ -86,16 +84,16 @@ func TestInstallGenerations(t *testing.T) {
 		l2 := hoststate.Under(t.TempDir())
 		origin := "127.0.0.1:1"
 		image := origin + "/" + strings.SplitN(refs["python1"], "/", 2)[1]
-		viaMirror := &install.Installer{Layout: l2, Platform: in.Platform, Mirrors: map[string][]string{origin: {"127.0.0.1:2", reg.Addr}}}
+		viaMirror := &install.Installer{Layout: l2, Trust: framework.RegistryTrust(t), Platform: in.Platform, Mirrors: map[string][]string{origin: {"127.0.0.1:2", reg.Addr}}}
 		if _, err := viaMirror.Install(ctx, req(1, image)); err != nil {
 			t.Fatalf("install through a mirror: %v", err)
 		}
-		noMirror := &install.Installer{Layout: hoststate.Under(t.TempDir()), Platform: in.Platform}
+		noMirror := &install.Installer{Layout: hoststate.Under(t.TempDir()), Trust: framework.RegistryTrust(t), Platform: in.Platform}
 		if _, err := noMirror.Install(ctx, req(1, image)); vocab.ReasonOf(err) != vocab.ReasonRuntimeImagePullFailed {
 			t.Fatalf("origin down and no mirror: %v", err)
 		}
 		// A mirror that is down falls back to the origin.
-		fallback := &install.Installer{Layout: hoststate.Under(t.TempDir()), Platform: in.Platform,
+		fallback := &install.Installer{Layout: hoststate.Under(t.TempDir()), Trust: framework.RegistryTrust(t), Platform: in.Platform,
 			Mirrors: map[string][]string{reg.Addr: {"127.0.0.1:1"}}}
 		if _, err := fallback.Install(ctx, req(1, refs["python1"])); err != nil {
 			t.Fatalf("fallback to the origin: %v", err)
@@ -153,7 +151,7 @@ func TestInstallGenerations(t *testing.T) {
 		if vocab.ReasonOf(err) != vocab.ReasonInvalidImageReference {
 			t.Fatalf("tag next to digest: %v", err)
 		}
-		arm := &install.Installer{Layout: l, Platform: v1.Platform{OS: "linux", Architecture: "arm64"}}
+		arm := &install.Installer{Layout: l, Trust: framework.RegistryTrust(t), Platform: v1.Platform{OS: "linux", Architecture: "arm64"}}
 		if _, err := arm.Install(ctx, req(3, refs["python2"])); vocab.ReasonOf(err) != vocab.ReasonPlatformUnavailable {
 			t.Fatalf("wrong platform: %v", err)
 		}
@@ -229,7 +227,7 @@ func pushRuntime(t *testing.T, ref string, entries []testimage.TarEntry, env []s
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := testimage.Push(img, ref)
+	out, err := testimage.Push(img, ref, framework.RegistryClient(t)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +239,7 @@ func pushRuntime(t *testing.T, ref string, entries []testimage.TarEntry, env []s
 func TestInstallWithRegistryCredentials(t *testing.T) {
 	framework.RequireRoot(t)
 	reg := framework.StartRegistryWith(t, "puller", "s3cret-pass")
-	ref, err := testimage.Push(shellImage(t), reg.Addr+"/runtimes/private:1", remote.WithAuth(&authn.Basic{Username: "puller", Password: "s3cret-pass"}))
+	ref, err := testimage.Push(shellImage(t), reg.Addr+"/runtimes/private:1", reg.Access().Options()...)
 	if err != nil {
 		t.Fatalf("push with credentials: %v", err)
 	}
@@ -251,7 +249,7 @@ func TestInstallWithRegistryCredentials(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home) // no ~/.docker/config.json of the machine's own
 	t.Setenv("DOCKER_CONFIG", t.TempDir())
-	in := &install.Installer{Layout: hoststate.Under(t.TempDir()), Platform: platform}
+	in := &install.Installer{Layout: hoststate.Under(t.TempDir()), Trust: framework.RegistryTrust(t), Platform: platform}
 	if _, err := in.Install(context.Background(), req); vocab.ReasonOf(err) != vocab.ReasonRegistryCredentialsRefused || !strings.Contains(err.Error(), reg.Addr) {
 		t.Fatalf("install without credentials: %v; want RegistryCredentialsRefused naming %s", err, reg.Addr)
 	}

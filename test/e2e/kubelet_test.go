@@ -102,7 +102,7 @@ func TestKubeletRunsPods(t *testing.T) {
 	t.Run("brewlet pod runs the app on the node's CPython runtime", func(t *testing.T) {
 		host := hoststate.Under(kn.HostPrefix)
 		refs := buildRuntimes(t, kn.Registry, "python")
-		inst := &install.Installer{Layout: host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
+		inst := &install.Installer{Layout: host, Trust: framework.RegistryTrust(t), Platform: v1.Platform{OS: "linux", Architecture: "amd64"}}
 		if _, err := inst.Install(ctx, install.Request{ID: pyID, Epoch: "7d2e4c1a-5b3f-4e6d-8a9b-0c1d2e3f4a5b", Generation: 1,
 			Image: refs["python1"], UID: 10001, GID: 10001}); err != nil {
 			t.Fatalf("install runtime: %v", err)

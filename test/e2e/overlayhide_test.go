@@ -15,6 +15,7 @@ import (
 	"brewlet.sh/brewlet/internal/artifact"
 	"brewlet.sh/brewlet/internal/artifact/ociimage"
 	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/framework"
 	"brewlet.sh/brewlet/test/framework/testimage"
 )
 
@@ -77,7 +78,7 @@ func pushRawApp(t *testing.T, ref string, layers ...[]byte) string {
 		}
 	}
 	img = mutate.Annotations(img, map[string]string{vocab.AnnotationArtifactVersion: vocab.ArtifactVersion}).(v1.Image)
-	out, err := testimage.Push(img, ref)
+	out, err := testimage.Push(img, ref, framework.RegistryClient(t)...)
 	if err != nil {
 		t.Fatal(err)
 	}

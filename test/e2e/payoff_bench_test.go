@@ -126,12 +126,12 @@ func newPayoff(t *testing.T) *payoff {
 	// Every brewlet create logs its steps (the step profile); the line costs microseconds.
 	n := framework.StartNodeWith(t, framework.NodeOptions{ShimEnv: []string{vocab.EnvSlowLaunch + "=0s"}})
 	p := &payoff{t: t, apps: envInt("BENCH_APPS", 20), bases: envInt("BENCH_BASES", 5), runs: envInt("BENCH_RUNS", 5),
-		installed: newCountingTransport(), pushed: newCountingTransport(),
+		installed: newCountingTransport(t), pushed: newCountingTransport(t),
 		contentDir: filepath.Join(n.Dir, "root", "io.containerd.content.v1.content"),
 		snapDir:    filepath.Join(n.Dir, "root", "io.containerd.snapshotter.v1.overlayfs")}
 	d := &dataPath{n: n, host: hoststate.Under(n.HostPrefix), epoch: "5b0d1c2e-3f4a-4b5c-8d6e-7f8091a2b3c4"}
 	d.refs = buildRuntimes(t, n.Registry, "python")
-	d.inst = &install.Installer{Layout: d.host, Platform: v1.Platform{OS: "linux", Architecture: "amd64"},
+	d.inst = &install.Installer{Layout: d.host, Trust: framework.RegistryTrust(t), Platform: v1.Platform{OS: "linux", Architecture: "amd64"},
 		Remote: []remote.Option{remote.WithTransport(p.installed)}}
 	d.cli = buildCLI(t)
 	p.d = d

@@ -8,9 +8,12 @@ import (
 	"io"
 	"net/http"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"brewlet.sh/brewlet/test/framework"
 )
 
 // countingTransport counts the bytes read from and sent to a registry.
@@ -19,8 +22,10 @@ type countingTransport struct {
 	down, up atomic.Int64
 }
 
-func newCountingTransport() *countingTransport {
-	return &countingTransport{rt: http.DefaultTransport.(*http.Transport).Clone()}
+// newCountingTransport counts what goes through the harness's registry transport (TLS with
+// the test process's registry authority trusted).
+func newCountingTransport(t *testing.T) *countingTransport {
+	return &countingTransport{rt: framework.RegistryTransport(t)}
 }
 
 func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {

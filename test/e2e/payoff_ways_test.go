@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/framework"
 	"brewlet.sh/brewlet/test/framework/testimage"
 )
 
@@ -71,7 +72,7 @@ func (p *payoff) conventional(key, title string, bases int) *payWay {
 		if k > 0 {
 			img = p.driftedBase(k)
 		}
-		ref, err := testimage.Push(img, fmt.Sprintf("%s/bases/%s-python:%d", p.d.n.Registry, key, k))
+		ref, err := testimage.Push(img, fmt.Sprintf("%s/bases/%s-python:%d", p.d.n.Registry, key, k), framework.RegistryClient(t)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +118,7 @@ func (p *payoff) conventional(key, title string, bases int) *payWay {
 		if img, err = mutate.ConfigFile(img, cf); err != nil {
 			t.Fatal(err)
 		}
-		ref, err := testimage.Push(img, fmt.Sprintf("%s/%s/app%d:v%d-g%d", p.d.n.Registry, key, app, version, gen), remote.WithTransport(p.pushed))
+		ref, err := testimage.Push(img, fmt.Sprintf("%s/%s/app%d:v%d-g%d", p.d.n.Registry, key, app, version, gen), append(framework.RegistryClient(t), remote.WithTransport(p.pushed))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +232,7 @@ func (p *payoff) remoteImage(ref string) v1.Image {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	img, err := remote.Image(r)
+	img, err := remote.Image(r, framework.RegistryClient(p.t)...)
 	if err != nil {
 		p.t.Fatal(err)
 	}

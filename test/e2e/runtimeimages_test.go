@@ -35,25 +35,29 @@ func buildRuntimes(t *testing.T, registry, which string) map[string]string {
 	ri := &runtimeImages
 	ri.Lock()
 	defer ri.Unlock()
+	client := framework.RegistryClient(t)
 	if set, ok := ri.sets[which]; ok {
-		refs, err := copyRuntimes(ri.store, set, registry)
+		refs, err := copyRuntimes(ri.store, set, registry, client)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return refs
 	}
-	refs, err := firsthour.BuildRuntimes(context.Background(), framework.RepoRoot(t), registry, which, os.Stderr)
+	// The registry serves TLS from the process's authority and finds its credentials in the
+	// process's Docker config (DOCKER_CONFIG, inherited).
+	refs, err := firsthour.BuildRuntimes(context.Background(), framework.RepoRoot(t), registry, which, os.Stderr,
+		"BREWLET_REGISTRY_CA_FILE="+framework.RegistryCAFile(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := keepRuntimes(which, refs); err != nil {
+	if err := keepRuntimes(which, refs, client); err != nil {
 		t.Fatal(err)
 	}
 	return refs
 }
 
 // keepRuntimes copies a freshly built set into the store (called under the lock).
-func keepRuntimes(which string, refs map[string]string) error {
+func keepRuntimes(which string, refs map[string]string, client []remote.Option) error {
 	ri := &runtimeImages
 	if ri.sets == nil {
 		in, err := framework.NewProcessInstance("runtime-images")
@@ -70,7 +74,7 @@ func keepRuntimes(which string, refs map[string]string) error {
 		if err != nil {
 			return err
 		}
-		img, err := remote.Image(d)
+		img, err := remote.Image(d, client...)
 		if err != nil {
 			return fmt.Errorf("keep %s: %w", ref, err)
 		}
@@ -88,7 +92,7 @@ func keepRuntimes(which string, refs map[string]string) error {
 }
 
 // copyRuntimes pushes a kept set to another registry under the same repositories.
-func copyRuntimes(store layout.Path, set map[string]string, registry string) (map[string]string, error) {
+func copyRuntimes(store layout.Path, set map[string]string, registry string, client []remote.Option) (map[string]string, error) {
 	idx, err := store.ImageIndex()
 	if err != nil {
 		return nil, err
@@ -110,7 +114,7 @@ func copyRuntimes(store layout.Path, set map[string]string, registry string) (ma
 		}
 		img, err := idx.Image(h)
 		if err == nil {
-			err = remote.Write(dst, img)
+			err = remote.Write(dst, img, client...)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("copy %s: %w", ref, err)

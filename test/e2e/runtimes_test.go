@@ -32,7 +32,7 @@ func TestLocalRuntimes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		img, err := remote.Image(d)
+		img, err := remote.Image(d, framework.RegistryClient(t)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func TestLocalRuntimes(t *testing.T) {
 	}
 	// Run the interpreter from generation 1's root filesystem.
 	d, _ := name.NewDigest(refs["python1"], name.Insecure)
-	img, err := remote.Image(d)
+	img, err := remote.Image(d, framework.RegistryClient(t)...)
 	if err != nil {
 		t.Fatal(err)
 	}

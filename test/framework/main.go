@@ -18,7 +18,8 @@ import (
 // removes what killed earlier runs left behind, cleans up on SIGINT/SIGTERM, and shortly
 // before go test's own -timeout would abort the binary (skipping every t.Cleanup) it dumps
 // the goroutines, cleans up and fails the run itself. The tests run in a mount namespace of
-// their own (EnterNodeMountNamespace).
+// their own (EnterNodeMountNamespace), with DOCKER_CONFIG at the process's own Docker config
+// (registrytrust.go).
 //
 //	func TestMain(m *testing.M) { framework.Main(m) }
 func Main(m *testing.M) {
@@ -26,6 +27,12 @@ func Main(m *testing.M) {
 	flag.Parse()
 	for _, err := range Sweep() {
 		fmt.Fprintf(os.Stderr, "framework: removing leftovers of an earlier run: %v\n", err)
+	}
+	// Every default registry's credentials, for the Installers and CLIs of the tests (and
+	// nothing of the machine's own ~/.docker).
+	if err := useProcessDockerConfig(); err != nil {
+		fmt.Fprintf(os.Stderr, "framework: %v\n", err)
+		os.Exit(2)
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)

@@ -39,7 +39,11 @@ type Node struct {
 	RegistryProc *Process
 	Runtime      runtimeapi.RuntimeServiceClient
 	Images       runtimeapi.ImageServiceClient
-	// RegistryAccess is set with NodeOptions.SecureRegistry: the registry's CA and credentials.
+	// RegistryAccess is the registry's CA and credentials: it serves TLS with a CA in no
+	// system store and requires a password of the node's own, as production registries do.
+	// containerd trusts it through the node's hosts.toml; the sandbox image is pulled with
+	// the credentials at start (containerd itself has none), other images by their pullers
+	// (the kubelet's credential provider, Pull).
 	RegistryAccess *RegistryAccess
 	PauseImage     string // repo@digest in the registry
 	BusyboxImage   string
@@ -89,12 +93,6 @@ type NodeOptions struct {
 	// machines would, and one chart (one hostPrefix, one config and socket path) serves
 	// them all. "" leaves the paths as they are.
 	View string
-	// SecureRegistry: the node's registry serves TLS with a CA of its own (in no system store)
-	// and requires credentials, as production registries do (RegistryAccess). containerd
-	// trusts it through the node's hosts.toml; the sandbox image is pulled with the
-	// credentials at start (containerd itself has none), other images by their pullers
-	// (the kubelet's credential provider, Pull).
-	SecureRegistry bool
 }
 
 // NodePaths are where a node's Brewlet host layout, containerd config and socket are.
@@ -264,9 +262,6 @@ func (n *Node) startContainerd(t TB) error {
 // pulls it by itself when a pod starts, and has none (as on nodes whose registry needs
 // them; their images come pre-loaded or from a registry containerd is configured for).
 func (n *Node) pullSandbox(TB) error {
-	if n.RegistryAccess == nil {
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	return n.Pull(ctx, n.PauseImage, nil)

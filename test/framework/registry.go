@@ -29,8 +29,7 @@ func (n *Node) startRegistry(t TB) error {
 	host := "127.0.0.1"
 	if n.net != nil {
 		host = n.HostAddr()
-	}
-	if n.opts.SecureRegistry && n.opts.HostReachable && n.net == nil {
+	} else if n.opts.HostReachable {
 		// On the pod bridge's gateway, where pods reach the machine (brewlet-operator reads
 		// signatures from it without host networking), as a cluster's registry is reachable
 		// from its pods.
@@ -39,21 +38,16 @@ func (n *Node) startRegistry(t TB) error {
 		}
 		n.bridgeUp, host = true, n.Gateway()
 	}
-	if n.opts.SecureRegistry {
-		// A password of this node's own: nothing else reaches the registry by guessing.
-		n.RegistryAccess = &RegistryAccess{User: "brewlet-e2e", Password: "pw-" + n.ID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
-		r := startRegistryAt(t, n.Instance, host, RegistryOptions{TLS: true, User: n.RegistryAccess.User, Password: n.RegistryAccess.Password})
-		n.Registry, n.RegistryProc, n.RegistryAccess.Addr, n.RegistryAccess.CAFile = r.Addr, r.Proc, r.Addr, r.CAFile
-		n.RegistryAccess.transport = r.Transport()
-		return nil
-	}
-	addr, p, err := startRegistryIn(t, n.Instance, host, "", nil)
-	n.Registry, n.RegistryProc = addr, p
-	return err
+	// A password of this node's own: nothing else reaches the registry by guessing.
+	a := &RegistryAccess{User: "brewlet-e2e", Password: "pw-" + n.ID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+	r := startRegistryAt(t, n.Instance, host, RegistryOptions{User: a.User, Password: a.Password, processCA: true, dockerConfig: true})
+	a.Addr, a.CAFile, a.transport = r.Addr, r.CAFile, r.Transport()
+	n.Registry, n.RegistryProc, n.RegistryAccess = r.Addr, r.Proc, a
+	return nil
 }
 
-// RegistryAccess is what a client needs to reach a node's registry that serves TLS with a
-// CA of its own and requires credentials (NodeOptions.SecureRegistry).
+// RegistryAccess is what a client needs to reach a node's registry: it serves TLS with a CA
+// in no system store and requires credentials (registrytrust.go).
 type RegistryAccess struct {
 	Addr           string // host:port
 	CAFile         string // the registry's CA, in no system store
@@ -112,6 +106,7 @@ type Registry struct {
 	CA     *testca.CA
 	CAFile string
 	tls    *tls.Config
+	access *RegistryAccess
 }
 
 // RegistryOptions shape a standalone registry.
@@ -119,16 +114,29 @@ type RegistryOptions struct {
 	User, Password string // basic credentials required when User is set
 	// TLS serves HTTPS with a certificate for 127.0.0.1 only (not "localhost") issued by a
 	// CA of the registry's own; Leaf, when set, is used instead (expired, other names).
+	// Neither TLS nor User: plain HTTP, open to anyone.
 	TLS  bool
 	Leaf func(ca *testca.CA) (testca.Leaf, error)
+
+	processCA    bool // TLS with the process's registry authority (registrytrust.go)
+	dockerConfig bool // the credentials go into the process's Docker config
 }
 
-// StartRegistry starts a registry of its own, removed when the test ends.
-func StartRegistry(t TB) *Registry { return StartRegistryOpts(t, RegistryOptions{}) }
+// StartRegistry starts a registry of its own, removed when the test ends: TLS from the
+// process's registry authority, a password of its own in the process's Docker config
+// (registrytrust.go).
+func StartRegistry(t TB) *Registry {
+	t.Helper()
+	in := NewInstance(t, "r")
+	return startRegistryAt(t, in, "127.0.0.1", RegistryOptions{User: "brewlet-e2e", Password: "pw-" + in.ID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36),
+		processCA: true, dockerConfig: true})
+}
 
-// StartRegistryWith starts a registry that requires basic credentials when user is set.
+// StartRegistryWith starts a registry as StartRegistry does, with the credentials given and
+// not in the Docker config (tests of how credentials reach a client).
 func StartRegistryWith(t TB, user, password string) *Registry {
-	return StartRegistryOpts(t, RegistryOptions{User: user, Password: password})
+	t.Helper()
+	return startRegistryAt(t, NewInstance(t, "r"), "127.0.0.1", RegistryOptions{User: user, Password: password, processCA: true})
 }
 
 // StartRegistryOpts starts a registry as o says.
@@ -155,15 +163,24 @@ func startRegistryAt(t TB, in *Instance, host string, o RegistryOptions) *Regist
 		extra = fmt.Sprintf("auth:\n  htpasswd:\n    realm: brewlet-e2e\n    path: %s\n", htpasswd)
 	}
 	var tlsCfg *registryTLS
-	if o.TLS {
-		ca, err := testca.New("brewlet-e2e-registry-ca")
+	if o.TLS || o.processCA {
+		var ca *testca.CA
+		var err error
+		if o.processCA {
+			p := mustProcessTrust(t)
+			ca = p.ca
+			r.CAFile, err = copyProcessCA(p, in.Dir)
+		} else {
+			ca, err = testca.New("brewlet-e2e-registry-ca")
+			r.CAFile = filepath.Join(in.Dir, "ca.crt")
+			if err == nil {
+				err = ca.WriteCA(r.CAFile)
+			}
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.CA, r.CAFile = ca, filepath.Join(in.Dir, "ca.crt")
-		if err := ca.WriteCA(r.CAFile); err != nil {
-			t.Fatal(err)
-		}
+		r.CA = ca
 		leaf := func(ca *testca.CA) (testca.Leaf, error) { return ca.Server(host) }
 		if o.Leaf != nil {
 			leaf = o.Leaf
@@ -192,8 +209,20 @@ func startRegistryAt(t TB, in *Instance, host string, o RegistryOptions) *Regist
 		t.Fatalf("start registry: %v", err)
 	}
 	r.Addr, r.Proc = addr, p
+	if o.processCA {
+		pt := mustProcessTrust(t)
+		if err := pt.add(addr, o.User, o.Password, o.dockerConfig); err != nil {
+			t.Fatal(err)
+		}
+		in.OnCleanup(func() { pt.remove(addr) })
+		r.access = &RegistryAccess{Addr: addr, CAFile: r.CAFile, User: o.User, Password: o.Password, transport: r.Transport()}
+	}
 	return r
 }
+
+// Access is how a client reaches a registry started by StartRegistry or StartRegistryWith
+// (nil for StartRegistryOpts').
+func (r *Registry) Access() *RegistryAccess { return r.access }
 
 // SetPassword replaces the registry's only credential (it was started with one): the
 // registry reads its password file again when the file changes, as a token rotation.
