@@ -31,9 +31,13 @@ type NodeProfileSpec struct {
 
 // NodePool selects nodes by the value of one label. A profile never selects every node.
 type NodePool struct {
-	// Key is the node label key whose value names the pool.
+	// Key is the node label key whose value names the pool. It must be one no node can set
+	// on itself: under node-restriction.kubernetes.io/ (which the NodeRestriction admission
+	// plugin forbids kubelets to write on their own Node), and not one of Brewlet's own keys
+	// there (node-restriction.kubernetes.io/brewlet*), which the node's agent writes.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('node-restriction.kubernetes.io/') && size(self) > size('node-restriction.kubernetes.io/') && !self.startsWith('node-restriction.kubernetes.io/brewlet')",message="nodePool.key must be a label key under node-restriction.kubernetes.io/ (not node-restriction.kubernetes.io/brewlet*): a node's own kubelet can set any other key on its Node and so join the pool"
 	Key string `json:"key"`
 	// Names are the pool names (label values) this profile applies to.
 	// +kubebuilder:validation:MinItems=1

@@ -83,11 +83,18 @@ func Approval(ri *brewletv1.RuntimeImage) error {
 // privileges (PrivilegeNotSupported) of the pod and of every init, regular and ephemeral
 // container. Mutations on an admitted pod: required node affinity on
 // vocab.RuntimeLabel(id) in [ready, available] ANDed into every nodeSelectorTerm (and, for
-// a pod a rotation restart created, the nodes that rotation excluded: avoidExcludedNodes), and
-// pod-level runAsUser/runAsGroup defaulted from spec.user where the pod leaves them unset.
-// Pod Security: contradictions of what the node enforces are refused (podSecurityViolations)
-// and the fields restricted checks are filled where unset (applyPodSecurity).
-func Admit(pod *corev1.Pod, ri *brewletv1.RuntimeImage) Decision {
+// a pod a rotation restart created, the nodes that rotation excluded: avoidExcludedNodes),
+// the pools that offer the runtime (requireOfferingPool), and pod-level runAsUser/runAsGroup
+// defaulted from spec.user where the pod leaves them unset. Pod Security: contradictions of
+// what the node enforces are refused (podSecurityViolations) and the fields restricted
+// checks are filled where unset (applyPodSecurity).
+//
+// pools are the node pools whose NodeProfiles offer the runtime, by pool key
+// (nodepool.Offering); none refuses the pod (RuntimeNotOffered). Pool labels are the one
+// thing about a node its own identities cannot write (their keys are under
+// node-restriction.kubernetes.io/), so a node attracts a runtime's pods only while a
+// NodeProfile offers that runtime to its pool, whatever labels its kubelet or agent set.
+func Admit(pod *corev1.Pod, ri *brewletv1.RuntimeImage, pools map[string][]string) Decision {
 	var d Decision
 	id, ok := RuntimeImageID(pod)
 	switch {
@@ -105,6 +112,15 @@ func Admit(pod *corev1.Pod, ri *brewletv1.RuntimeImage) Decision {
 		if err := Approval(ri); err != nil {
 			d.Denials = append(d.Denials, vocabErr(err, ""))
 		}
+		if len(pools) == 0 {
+			d.Denials = append(d.Denials, deny(vocab.ReasonRuntimeNotOffered,
+				"no NodeProfile offers runtime %s to a node pool (a pool key under %s), so no node may run this pod; ask the platform team to add %s to a NodeProfile's runtimeImages",
+				id, vocab.NodeRestrictionPrefix, id))
+		} else if n := offeredTerms(pod, pools); n > MaxNodeSelectorTerms {
+			d.Denials = append(d.Denials, deny(vocab.ReasonLimitExceeded,
+				"the pod's required node affinity would grow to %d terms (its terms times the %d pool keys offering %s), more than %d; use fewer nodeSelectorTerms",
+				n, len(pools), id, MaxNodeSelectorTerms))
+		}
 		// The CRD refuses a root spec.user; this guards the default against an object
 		// that bypassed validation, because the default is what the pod would run as.
 		if ri.Spec.User.UID < 1 || ri.Spec.User.GID < 1 {
@@ -120,6 +136,7 @@ func Admit(pod *corev1.Pod, ri *brewletv1.RuntimeImage) Decision {
 	}
 	out := pod.DeepCopy()
 	requireRuntimeLabel(out, id)
+	requireOfferingPool(out, pools)
 	avoidExcludedNodes(out, ri)
 	defaultIdentity(out, ri.Spec.User)
 	applyPodSecurity(out)

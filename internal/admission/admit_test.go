@@ -112,7 +112,7 @@ func TestAdmitDenials(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tc.pod.DeepCopy()
-			d := Admit(tc.pod, tc.ri)
+			d := Admit(tc.pod, tc.ri, testPools)
 			if d.Allowed() || d.Pod != nil {
 				t.Fatalf("admitted; want %s", tc.reason)
 			}
@@ -137,7 +137,7 @@ func TestAdmitReportsAll(t *testing.T) {
 		sc(p).RunAsUser = ptr.To[int64](0)
 		delete(p.Annotations, vocab.AnnotationRuntimeImage)
 	})
-	d := Admit(pod, nil)
+	d := Admit(pod, nil, testPools)
 	var got []vocab.Reason
 	for _, e := range d.Denials {
 		got = append(got, e.Reason)
@@ -162,7 +162,7 @@ func TestAdmitDefaultsIdentity(t *testing.T) {
 		}), 5, 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Admit(tc.pod, approvedRI("python-3.12"))
+			d := Admit(tc.pod, approvedRI("python-3.12"), testPools)
 			if !d.Allowed() {
 				t.Fatal(d.Message())
 			}
@@ -175,10 +175,24 @@ func TestAdmitDefaultsIdentity(t *testing.T) {
 	// A container's explicit non-root user is not overridden: it keeps precedence over
 	// the pod-level default.
 	pod := brewletPod(func(p *corev1.Pod) { sc(p).RunAsUser = ptr.To[int64](4242) })
-	d := Admit(pod, approvedRI("python-3.12"))
+	d := Admit(pod, approvedRI("python-3.12"), testPools)
 	if got := *d.Pod.Spec.Containers[0].SecurityContext.RunAsUser; got != 4242 {
 		t.Fatalf("container runAsUser %d, want 4242 kept", got)
 	}
+}
+
+// offeringProfile is a NodeProfile offering id to pool general (testPools).
+func offeringProfile(id string) *brewletv1.NodeProfile {
+	return &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "general"}, Spec: brewletv1.NodeProfileSpec{
+		NodePool:      brewletv1.NodePool{Key: "node-restriction.kubernetes.io/pool", Names: []string{"general"}},
+		RuntimeImages: []brewletv1.OfferedRuntime{{ID: id}}}}
+}
+
+// testPools: the runtime is offered to pool general.
+var testPools = map[string][]string{"node-restriction.kubernetes.io/pool": {"general"}}
+
+func poolReq() corev1.NodeSelectorRequirement {
+	return corev1.NodeSelectorRequirement{Key: "node-restriction.kubernetes.io/pool", Operator: corev1.NodeSelectorOpIn, Values: []string{"general"}}
 }
 
 func runtimeReq() corev1.NodeSelectorRequirement {
@@ -204,22 +218,22 @@ func TestAdmitNodeAffinity(t *testing.T) {
 		pod  *corev1.Pod
 		want []corev1.NodeSelectorTerm
 	}{
-		{"no affinity", brewletPod(), []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}}}},
+		{"no affinity", brewletPod(), []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq(), poolReq()}}}},
 		{"pod anti-affinity only", brewletPod(func(p *corev1.Pod) { p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{}} }),
-			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}}}},
-		{"empty term list", brewletPod(withTerms()), []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}}}},
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq(), poolReq()}}}},
+		{"empty term list", brewletPod(withTerms()), []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq(), poolReq()}}}},
 		{"every term gets it", brewletPod(withTerms(
 			corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{zone}},
 			corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{arch}},
 			corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{host}},
 		)), []corev1.NodeSelectorTerm{
-			{MatchExpressions: []corev1.NodeSelectorRequirement{zone, runtimeReq()}},
-			{MatchExpressions: []corev1.NodeSelectorRequirement{arch, runtimeReq()}},
-			{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}, MatchFields: []corev1.NodeSelectorRequirement{host}},
+			{MatchExpressions: []corev1.NodeSelectorRequirement{zone, runtimeReq(), poolReq()}},
+			{MatchExpressions: []corev1.NodeSelectorRequirement{arch, runtimeReq(), poolReq()}},
+			{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq(), poolReq()}, MatchFields: []corev1.NodeSelectorRequirement{host}},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Admit(tc.pod, approvedRI("python-3.12"))
+			d := Admit(tc.pod, approvedRI("python-3.12"), testPools)
 			if !d.Allowed() {
 				t.Fatal(d.Message())
 			}
@@ -231,7 +245,7 @@ func TestAdmitNodeAffinity(t *testing.T) {
 				t.Fatal("pod anti-affinity lost")
 			}
 			// Idempotent: admitting the admitted pod changes nothing.
-			again := Admit(d.Pod, approvedRI("python-3.12"))
+			again := Admit(d.Pod, approvedRI("python-3.12"), testPools)
 			if !reflect.DeepEqual(again.Pod, d.Pod) {
 				t.Fatal("second admission changed the pod")
 			}
@@ -243,11 +257,11 @@ func TestAdmitWarnsOnPath(t *testing.T) {
 	pod := brewletPod(func(p *corev1.Pod) {
 		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "PATH", Value: "/x"}}
 	})
-	d := Admit(pod, approvedRI("python-3.12"))
+	d := Admit(pod, approvedRI("python-3.12"), testPools)
 	if !d.Allowed() || len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], `spec.containers[0] "app" sets env PATH`) {
 		t.Fatalf("allowed=%v warnings=%q", d.Allowed(), d.Warnings)
 	}
-	if d := Admit(brewletPod(), approvedRI("python-3.12")); len(d.Warnings) != 0 {
+	if d := Admit(brewletPod(), approvedRI("python-3.12"), testPools); len(d.Warnings) != 0 {
 		t.Fatalf("warnings without PATH: %q", d.Warnings)
 	}
 }
@@ -263,7 +277,7 @@ func TestAdmitAllowsHarmlessSettings(t *testing.T) {
 		psc(p).FSGroup = ptr.To[int64](2000)
 		psc(p).SupplementalGroups = []int64{2001}
 	})
-	if d := Admit(pod, approvedRI("python-3.12")); !d.Allowed() {
+	if d := Admit(pod, approvedRI("python-3.12"), testPools); !d.Allowed() {
 		t.Fatal(d.Message())
 	}
 }

@@ -33,27 +33,27 @@ func TestAdmitKeepsRestartedPodsOffExcludedNodes(t *testing.T) {
 		want []corev1.NodeSelectorTerm
 	}{
 		{"restarted pod of this epoch", brewletPod(barrier("python-3.12", "uid-1", 3)), ri,
-			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}, MatchFields: []corev1.NodeSelectorRequirement{avoidA, avoidB}}}},
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq(), poolReq()}, MatchFields: []corev1.NodeSelectorRequirement{avoidA, avoidB}}}},
 		{"an earlier restart of this epoch", brewletPod(barrier("python-3.12", "uid-1", 2)), ri,
-			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}, MatchFields: []corev1.NodeSelectorRequirement{avoidA, avoidB}}}},
-		{"no barrier", brewletPod(), ri, []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}}}},
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq(), poolReq()}, MatchFields: []corev1.NodeSelectorRequirement{avoidA, avoidB}}}},
+		{"no barrier", brewletPod(), ri, []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq(), poolReq()}}}},
 		{"barrier of another epoch", brewletPod(barrier("python-3.12", "uid-0", 3)), ri,
-			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}}}},
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq(), poolReq()}}}},
 		{"barrier of another ID", brewletPod(barrier("java", "uid-1", 3)), ri,
-			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}}}},
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq(), poolReq()}}}},
 		{"unreadable barrier", brewletPod(func(p *corev1.Pod) { p.Annotations[vocab.AnnotationRotatedToGeneration] = "{" }), ri,
-			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}}}},
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq(), poolReq()}}}},
 		{"nothing excluded", brewletPod(barrier("python-3.12", "uid-1", 3)), noRotation,
-			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}}}},
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq(), poolReq()}}}},
 		{"a DaemonSet's pod stays pinned", brewletPod(barrier("python-3.12", "uid-1", 3), func(p *corev1.Pod) {
 			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{pin}}}}}}
-		}), ri, []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}, MatchFields: []corev1.NodeSelectorRequirement{pin}}}},
+		}), ri, []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq(), poolReq()}, MatchFields: []corev1.NodeSelectorRequirement{pin}}}},
 		{"a pod bound by name stays", brewletPod(barrier("python-3.12", "uid-1", 3), func(p *corev1.Pod) { p.Spec.NodeName = "stuck-b" }), ri,
-			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq()}}}},
+			[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{runtimeReq(), poolReq()}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Admit(tc.pod, tc.ri)
+			d := Admit(tc.pod, tc.ri, testPools)
 			if !d.Allowed() {
 				t.Fatal(d.Message())
 			}
@@ -61,7 +61,7 @@ func TestAdmitKeepsRestartedPodsOffExcludedNodes(t *testing.T) {
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("terms\n got %+v\nwant %+v", got, tc.want)
 			}
-			if again := Admit(d.Pod, tc.ri); !reflect.DeepEqual(again.Pod, d.Pod) {
+			if again := Admit(d.Pod, tc.ri, testPools); !reflect.DeepEqual(again.Pod, d.Pod) {
 				t.Fatal("second admission changed the pod")
 			}
 		})
@@ -77,7 +77,7 @@ func TestAvoidExcludedNodesIsBounded(t *testing.T) {
 	pod := brewletPod(func(p *corev1.Pod) {
 		p.Annotations[vocab.AnnotationRotatedToGeneration] = brewletv1.RotationBarrier{ID: "python-3.12", Epoch: "uid-1", Generation: 1}.String()
 	})
-	d := Admit(pod, ri)
+	d := Admit(pod, ri, testPools)
 	got := d.Pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields
 	if len(got) != MaxAvoidedNodes {
 		t.Fatalf("matchFields %d requirements; want %d", len(got), MaxAvoidedNodes)

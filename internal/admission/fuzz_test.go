@@ -50,7 +50,7 @@ func FuzzAdmit(f *testing.F) {
 		ri := approvedRI("python-3.12")
 		ri.Spec.User.UID = uid
 		before := pod.DeepCopy()
-		d := Admit(pod, ri)
+		d := Admit(pod, ri, testPools)
 		if !reflect.DeepEqual(before, pod) {
 			t.Fatal("Admit modified its input")
 		}
@@ -61,7 +61,7 @@ func FuzzAdmit(f *testing.F) {
 			return
 		}
 		checkAdmitted(t, d.Pod)
-		if again := Admit(d.Pod, ri); !again.Allowed() || !reflect.DeepEqual(again.Pod, d.Pod) {
+		if again := Admit(d.Pod, ri, testPools); !again.Allowed() || !reflect.DeepEqual(again.Pod, d.Pod) {
 			t.Fatalf("not a fixed point: %s", again.Message())
 		}
 	})

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/nodepool"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -63,7 +64,12 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		requests.WithLabelValues("error").Inc()
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	d := Admit(pod, ri)
+	pools, err := h.offering(ctx, ri)
+	if err != nil {
+		requests.WithLabelValues("error").Inc()
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	d := Admit(pod, ri, pools)
 	if !d.Allowed() {
 		requests.WithLabelValues("denied").Inc()
 		return admission.Denied(d.Message()).WithWarnings(d.Warnings...)
@@ -112,4 +118,25 @@ func (h *Handler) lookup(ctx context.Context, pod *corev1.Pod) (*brewletv1.Runti
 		return nil, err
 	}
 	return ri, nil
+}
+
+// offering returns the pools whose NodeProfiles offer ri (none when ri is nil). A profile
+// created a moment ago may not be in the cache yet: when the cache shows no offer, the API
+// server is asked before the pod is refused.
+func (h *Handler) offering(ctx context.Context, ri *brewletv1.RuntimeImage) (map[string][]string, error) {
+	if ri == nil {
+		return nil, nil
+	}
+	var profiles brewletv1.NodeProfileList
+	if err := h.Cache.List(ctx, &profiles); err != nil {
+		return nil, err
+	}
+	pools := nodepool.Offering(profiles.Items, ri.Name)
+	if len(pools) > 0 || h.Direct == nil {
+		return pools, nil
+	}
+	if err := h.Direct.List(ctx, &profiles); err != nil {
+		return nil, err
+	}
+	return nodepool.Offering(profiles.Items, ri.Name), nil
 }

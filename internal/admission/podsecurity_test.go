@@ -128,7 +128,7 @@ func TestAdmitPodSecurityFields(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			unchanged := podSecurity(t, tc.pod, api.LevelRestricted, false)
-			d := Admit(tc.pod, approvedRI("python-3.12"))
+			d := Admit(tc.pod, approvedRI("python-3.12"), testPools)
 			if !d.Allowed() {
 				t.Fatal(d.Message())
 			}
@@ -162,7 +162,7 @@ func TestAdmitPodSecurityFields(t *testing.T) {
 			if len(unchanged) == 0 {
 				t.Fatal("the pod as written already passes restricted: the case proves nothing")
 			}
-			if again := Admit(d.Pod, approvedRI("python-3.12")); !reflect.DeepEqual(again.Pod, d.Pod) {
+			if again := Admit(d.Pod, approvedRI("python-3.12"), testPools); !reflect.DeepEqual(again.Pod, d.Pod) {
 				t.Fatal("second admission changed the pod")
 			}
 		})
@@ -202,7 +202,7 @@ func TestAdmitPodSecurityContradictions(t *testing.T) {
 		}), vocab.ReasonPrivilegeNotSupported, "capabilities.add is [NET_BIND_SERVICE]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Admit(tc.pod, approvedRI("python-3.12"))
+			d := Admit(tc.pod, approvedRI("python-3.12"), testPools)
 			if d.Allowed() {
 				t.Fatalf("admitted; want %s", tc.reason)
 			}
@@ -219,7 +219,7 @@ func TestNewEphemeralContainers(t *testing.T) {
 	})
 	req := old.DeepCopy()
 	req.Spec.EphemeralContainers = append(req.Spec.EphemeralContainers, ephemeral("debug", nil))
-	d := Admit(req, approvedRI("python-3.12"))
+	d := Admit(req, approvedRI("python-3.12"), testPools)
 	if !d.Allowed() {
 		t.Fatal(d.Message())
 	}
@@ -246,7 +246,7 @@ func TestHandlerPatchesNewEphemeralContainer(t *testing.T) {
 	if err := brewletv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	h := &Handler{Cache: fake.NewClientBuilder().WithScheme(scheme).WithObjects(approvedRI("python-3.12")).Build()}
+	h := &Handler{Cache: fake.NewClientBuilder().WithScheme(scheme).WithObjects(approvedRI("python-3.12"), offeringProfile("python-3.12")).Build()}
 	old := brewletPod(func(p *corev1.Pod) {
 		p.Spec.EphemeralContainers = []corev1.EphemeralContainer{ephemeral("before", nil)}
 	})

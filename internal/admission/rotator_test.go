@@ -239,6 +239,14 @@ func TestHandler(t *testing.T) {
 	empty := fake.NewClientBuilder().WithScheme(testScheme(t)).Build()
 	// The cache misses a just-created RuntimeImage; the API server has it.
 	h := &Handler{Cache: empty, Direct: c}
+	// ... but no NodeProfile offers it yet: no node may run the pod.
+	if resp := h.Handle(ctx, podRequest(t, admissionv1.Create, brewletPod())); resp.Allowed || !strings.Contains(resp.Result.Message, string(vocab.ReasonRuntimeNotOffered)) {
+		t.Fatalf("create with no profile offering the runtime: allowed=%v %+v", resp.Allowed, resp.Result)
+	}
+	// A NodeProfile created a moment ago, missing from the cache too, offers it.
+	if err := c.Create(ctx, offeringProfile("python-3.12")); err != nil {
+		t.Fatal(err)
+	}
 
 	pod := brewletPod(func(p *corev1.Pod) { p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "PATH", Value: "/x"}} })
 	resp := h.Handle(ctx, podRequest(t, admissionv1.Create, pod))

@@ -96,7 +96,7 @@ func Run(ctx context.Context, c client.Client, timeout, poll time.Duration, out 
 	}
 }
 
-// LabeledNodes lists the nodes still labeled brewlet.sh/host-changes (metadata only).
+// LabeledNodes lists the nodes still labeled vocab.LabelHostChanges (metadata only).
 func LabeledNodes(ctx context.Context, c client.Client) ([]string, error) {
 	nodes := &metav1.PartialObjectMetadataList{}
 	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
@@ -111,7 +111,7 @@ func LabeledNodes(ctx context.Context, c client.Client) ([]string, error) {
 	return out, nil
 }
 
-// OwedLabels says which nodes' agents have not yet removed brewlet.sh/host-changes ("":
+// OwedLabels says which nodes' agents have not yet removed vocab.LabelHostChanges ("":
 // none).
 func OwedLabels(nodes []string) string {
 	if len(nodes) == 0 {

@@ -33,7 +33,7 @@ func TestOwed(t *testing.T) {
 	if Owed(nil, nil) != "" || OwedLabels(nil) != "" {
 		t.Fatal("nothing left must summarize to nothing")
 	}
-	if got := OwedLabels([]string{"n1", "n2"}); !strings.Contains(got, "brewlet.sh/host-changes=present") || !strings.Contains(got, "n1, n2") {
+	if got := OwedLabels([]string{"n1", "n2"}); !strings.Contains(got, vocab.LabelHostChanges+"=present") || !strings.Contains(got, "n1, n2") {
 		t.Errorf("labeled nodes summary %q", got)
 	}
 }
@@ -92,13 +92,13 @@ func TestRun(t *testing.T) {
 			t.Fatalf("progress:\n%s", out.String())
 		}
 	})
-	t.Run("a node still labeled brewlet.sh/host-changes keeps the hook waiting", func(t *testing.T) {
+	t.Run("a node still labeled with the host-changes label keeps the hook waiting", func(t *testing.T) {
 		labeled := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{vocab.LabelHostChanges: vocab.LabelValuePresent}}}
 		other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2", Labels: map[string]string{"pool": "general"}}}
 		c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(labeled, other).Build()
 		var out bytes.Buffer
 		err := Run(context.Background(), c, 300*time.Millisecond, 50*time.Millisecond, &out)
-		if err == nil || !strings.Contains(err.Error(), "brewlet.sh/host-changes=present, their agents finishing the cleanup: n1") || strings.Contains(err.Error(), "n2") {
+		if err == nil || !strings.Contains(err.Error(), vocab.LabelHostChanges+"=present, their agents finishing the cleanup: n1") || strings.Contains(err.Error(), "n2") {
 			t.Fatalf("error %v", err)
 		}
 		go func() {

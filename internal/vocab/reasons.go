@@ -15,6 +15,12 @@ const (
 	// Configuration (operator, admission).
 	ReasonPoolConflict        Reason = "PoolConflict"
 	ReasonUnknownRuntimeImage Reason = "UnknownRuntimeImage"
+	// PoolKeyForgeable: a NodeProfile's pool key is one a kubelet can set on its own Node
+	// (not under node-restriction.kubernetes.io/), or one of Brewlet's own; it serves no node.
+	ReasonPoolKeyForgeable Reason = "PoolKeyForgeable"
+	// RuntimeNotOffered: no NodeProfile offers a pod's runtime to any node pool, so no node
+	// may run it (pod admission).
+	ReasonRuntimeNotOffered Reason = "RuntimeNotOffered"
 
 	// NodeProfile readiness (operator, condition Ready).
 	ReasonNodesReady    Reason = "NodesReady"    // every assigned node reports every Eager ID Ready

@@ -55,8 +55,15 @@ const (
 	LabelValueAvailable = "available"
 	// LabelHostChanges is "present" while the node holds host changes Brewlet made (shim,
 	// containerd handler): the agent's DaemonSet keeps running there until they are
-	// reversed, even after the node left every pool.
-	LabelHostChanges = Domain + "/host-changes"
+	// reversed, even after the node left every pool. A kubelet cannot set it, so it cannot
+	// draw an agent (and its token and Secrets) onto a node outside the pools.
+	LabelHostChanges = NodeRestrictionPrefix + "brewlet-host-changes"
+	// LegacyLabelHostChanges is LabelHostChanges of releases before it moved under
+	// node-restriction.kubernetes.io/; nothing places by it, and agents remove it.
+	LegacyLabelHostChanges = Domain + "/host-changes"
+	// ReservedPoolKeyPrefix: node-restriction keys starting with it are Brewlet's own
+	// (the agent may write them), never a pool key.
+	ReservedPoolKeyPrefix = NodeRestrictionPrefix + "brewlet"
 	// LabelValuePresent is LabelHostChanges' value.
 	LabelValuePresent = "present"
 )
@@ -68,9 +75,9 @@ var AgentPodLabels = map[string]string{"app.kubernetes.io/name": "brewlet-provis
 func RuntimeLabel(id string) string { return LabelRuntimePrefix + id }
 
 // OwnNodeLabel reports whether a Node label key is Brewlet's (set and removed only by the
-// node's agent): brewlet.sh/* (host changes, the legacy runtime keys) and the runtime keys.
+// node's agent): brewlet.sh/* (the legacy keys), the runtime keys and host changes.
 func OwnNodeLabel(key string) bool {
-	return strings.HasPrefix(key, Domain+"/") || key == LabelRuntime || strings.HasPrefix(key, LabelRuntimePrefix)
+	return strings.HasPrefix(key, Domain+"/") || key == LabelRuntime || strings.HasPrefix(key, LabelRuntimePrefix) || key == LabelHostChanges
 }
 
 // Annotations.

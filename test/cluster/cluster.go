@@ -24,7 +24,7 @@ import (
 // The node pool label the kubelet registers its Node with, and the pool's name: the
 // chart's provisioner.pools and the NodeProfile select it.
 const (
-	PoolKey  = "pool.brewlet.sh/name"
+	PoolKey  = "node-restriction.kubernetes.io/pool"
 	PoolName = "local"
 )
 

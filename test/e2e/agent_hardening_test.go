@@ -50,7 +50,7 @@ func newAgentWorldWith(t *testing.T, opts framework.ControlPlaneOptions) *agentW
 	startOperator(t, w.cp, false) // generations, approval and NodeRuntime spec come from the operator
 	w.refs = buildRuntimes(t, w.reg.Addr, "python")
 	if err := w.cp.Client.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.nodeName,
-		Labels: map[string]string{"pool.example/name": "general"}}}); err != nil {
+		Labels: map[string]string{"node-restriction.kubernetes.io/pool": "general"}}}); err != nil {
 		t.Fatal(err)
 	}
 	return w
@@ -62,7 +62,7 @@ func (w *agentWorld) offer(t *testing.T, images map[string]string) *brewletv1.No
 	t.Helper()
 	ctx := context.Background()
 	np := &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "general"}, Spec: brewletv1.NodeProfileSpec{
-		NodePool: brewletv1.NodePool{Key: "pool.example/name", Names: []string{"general"}}}}
+		NodePool: brewletv1.NodePool{Key: "node-restriction.kubernetes.io/pool", Names: []string{"general"}}}}
 	for id, image := range images {
 		ri := runtimeImage(id, image)
 		if err := w.cp.Client.Create(ctx, ri); err != nil {

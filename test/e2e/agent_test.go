@@ -68,18 +68,22 @@ func TestAgentInstallsAuthorizesAndRevokes(t *testing.T) {
 	defer ag.Close()
 	ag.Host = &brewletv1.NodeCleanup{ShimInstalled: true, ContainerdHandlerRegistered: true} // what PrepareHost reported
 	must(host.CloseFence())                                                                  // as Run does at start
-	// The per-ID key of releases before node-restriction labels, left by an old agent:
-	// removed.
+	// The per-ID and host-changes keys of releases before node-restriction labels, left by
+	// an old agent: removed.
 	must(labelNode(ctx, c, nodeName, vocab.LegacyLabelRuntimePrefix+pyID, "ready"))
+	must(labelNode(ctx, c, nodeName, vocab.LegacyLabelHostChanges, vocab.LabelValuePresent))
 	must(ag.ReconcileAndWait(ctx))
 
 	node := &corev1.Node{}
 	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, node))
-	if node.Labels[vocab.LabelRuntime] != "ready" || node.Labels[vocab.RuntimeLabel(pyID)] != "ready" || node.Labels["pool.example/name"] != "general" {
+	if node.Labels[vocab.LabelRuntime] != "ready" || node.Labels[vocab.RuntimeLabel(pyID)] != "ready" || node.Labels["node-restriction.kubernetes.io/pool"] != "general" {
 		t.Fatalf("node labels %v", node.Labels)
 	}
 	if _, ok := node.Labels[vocab.LegacyLabelRuntimePrefix+pyID]; ok || node.Labels[vocab.LabelRuntimeInfo] != "ready" {
 		t.Errorf("legacy per-ID label kept or the readiness mirror for kubectl -L missing: %v", node.Labels)
+	}
+	if _, ok := node.Labels[vocab.LegacyLabelHostChanges]; ok {
+		t.Errorf("legacy host-changes label kept: %v", node.Labels)
 	}
 	nrt := &brewletv1.NodeRuntime{}
 	must(c.Get(ctx, client.ObjectKey{Name: nodeName}, nrt))
@@ -352,12 +356,12 @@ func newAgentEnv(t *testing.T, install string) *agentEnv {
 		}
 	}
 	e.refs = buildRuntimes(t, e.n.Registry, "python")
-	e.must(e.c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.nodeName, Labels: map[string]string{"pool.example/name": "general"}}}))
+	e.must(e.c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.nodeName, Labels: map[string]string{"node-restriction.kubernetes.io/pool": "general"}}}))
 	e.ri = runtimeImage(pyID, e.refs["python1"])
 	e.must(e.c.Create(ctx, e.ri))
 	waitGeneration(t, e.c, e.ri, 1)
 	e.must(e.c.Create(ctx, &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "general"}, Spec: brewletv1.NodeProfileSpec{
-		NodePool:      brewletv1.NodePool{Key: "pool.example/name", Names: []string{"general"}},
+		NodePool:      brewletv1.NodePool{Key: "node-restriction.kubernetes.io/pool", Names: []string{"general"}},
 		RuntimeImages: []brewletv1.OfferedRuntime{{ID: pyID, Install: install}}}}))
 	return e
 }

@@ -47,7 +47,7 @@ func TestBenchAgentLoad(t *testing.T) {
 	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{})
 	ctx := context.Background()
 	for i := range nodes {
-		must(t, cp.AddFakeNode(ctx, fmt.Sprintf("agent-node-%d", i), map[string]string{"bench-pool": "a"}))
+		must(t, cp.AddFakeNode(ctx, fmt.Sprintf("agent-node-%d", i), map[string]string{vocab.NodeRestrictionPrefix + "pool": "a"}))
 	}
 	cfg := *cp.Config
 	cfg.QPS = -1 // no client-side limit: the API server's load is what is measured
@@ -55,7 +55,7 @@ func TestBenchAgentLoad(t *testing.T) {
 	must(t, err)
 	must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNS}}))
 	profile := &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
-		Spec: brewletv1.NodeProfileSpec{NodePool: brewletv1.NodePool{Key: "bench-pool", Names: []string{"a"}}}}
+		Spec: brewletv1.NodeProfileSpec{NodePool: brewletv1.NodePool{Key: vocab.NodeRestrictionPrefix + "pool", Names: []string{"a"}}}}
 	must(t, c.Create(ctx, profile))
 
 	// Rows are printed as each phase ends: a long run cut short still leaves its figures.

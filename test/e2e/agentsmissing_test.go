@@ -35,9 +35,9 @@ func testAgentsMissing(t *testing.T, c client.Client) {
 		}
 	}
 	const node, id = "na-1", "py-agents"
-	mkNode(t, c, node, map[string]string{"agents.example/pool": "a"})
+	mkNode(t, c, node, map[string]string{"node-restriction.kubernetes.io/agents-pool": "a"})
 	must(c.Create(ctx, runtimeImage(id, "registry.example/runtimes/python@"+goodDigest)))
-	mkProfile(t, c, "agents", "agents.example/pool", []string{"a"}, nil, id)
+	mkProfile(t, c, "agents", "node-restriction.kubernetes.io/agents-pool", []string{"a"}, nil, id)
 	problem := func(want vocab.Reason, parts ...string) {
 		t.Helper()
 		eventually(t, 90*time.Second, fmt.Sprintf("NodeProfile agents lists %s as %s", node, want), func() (bool, string) {

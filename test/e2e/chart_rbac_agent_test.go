@@ -22,7 +22,7 @@ func chartAgentUnderRBAC(t *testing.T, cp *framework.ControlPlane) {
 	ctx, c := context.Background(), cp.Client
 	const ns, sa = chartNS, "brewlet-provisioner"
 	for _, n := range []string{"n1", "n2"} {
-		must(t, c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"pool.example/name": "general"}}}))
+		must(t, c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"node-restriction.kubernetes.io/pool": "general"}}}))
 	}
 	must(t, c.Create(ctx, &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n2"}}))
 	agent := nodeBoundClient(t, cp, ns, sa, "n1")
@@ -63,7 +63,7 @@ func chartAgentUnderRBAC(t *testing.T, cp *framework.ControlPlane) {
 	}
 	// ... and what it may not do.
 	expectDenied(t, labelNode(ctx, agent, "n2", vocab.RuntimeLabel("python-3.12"), "ready"), "agents write only their own node")
-	expectDenied(t, labelNode(ctx, agent, "n1", "pool.example/name", "gpu"), "only Brewlet's labels")
+	expectDenied(t, labelNode(ctx, agent, "n1", "node-restriction.kubernetes.io/pool", "gpu"), "only Brewlet's labels")
 	expectDenied(t, labelNode(ctx, agent, "n1", "node-restriction.kubernetes.io/other", "x"), "only Brewlet's labels")
 	expectDenied(t, agent.Create(ctx, &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n3"}}), "agents write only their own node")
 	if err := agent.Delete(ctx, &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n2"}}); !apierrors.IsForbidden(err) {

@@ -77,7 +77,7 @@ func chartOperatorUnderRBAC(t *testing.T, cp *framework.ControlPlane) {
 		t.Fatal(err)
 	}
 	np := &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "general"}, Spec: brewletv1.NodeProfileSpec{
-		NodePool:      brewletv1.NodePool{Key: "pool.example/name", Names: []string{"general"}},
+		NodePool:      brewletv1.NodePool{Key: "node-restriction.kubernetes.io/pool", Names: []string{"general"}},
 		RuntimeImages: []brewletv1.OfferedRuntime{{ID: "python-3.12"}}}}
 	if err := c.Create(ctx, np); err != nil {
 		t.Fatal(err)

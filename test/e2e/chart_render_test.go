@@ -29,7 +29,7 @@ import (
 const (
 	chartNS          = "brewlet-system"
 	chartKubeVersion = "1.37.2"
-	chartPool        = `[{"key":"pool.example/name","values":["general","batch"]}]`
+	chartPool        = `[{"key":"node-restriction.kubernetes.io/pool","values":["general","batch"]}]`
 	chartDigest      = "sha256:" + "abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789"
 )
 

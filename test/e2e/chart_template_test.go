@@ -91,10 +91,10 @@ func chartTemplateDefaults(t *testing.T) {
 		t.Fatalf("provisioner without required node affinity: %+v", aff)
 	}
 	wantTerms := []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
-		{Key: "pool.example/name", Operator: corev1.NodeSelectorOpIn, Values: []string{"general", "batch"}},
+		{Key: "node-restriction.kubernetes.io/pool", Operator: corev1.NodeSelectorOpIn, Values: []string{"general", "batch"}},
 		{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.NodeSelectorOpDoesNotExist},
 	}}, {MatchExpressions: []corev1.NodeSelectorRequirement{
-		{Key: "brewlet.sh/host-changes", Operator: corev1.NodeSelectorOpIn, Values: []string{"present"}},
+		{Key: vocab.LabelHostChanges, Operator: corev1.NodeSelectorOpIn, Values: []string{"present"}},
 		{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.NodeSelectorOpDoesNotExist},
 	}}}
 	if got := aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms; !equality.Semantic.DeepEqual(got, wantTerms) {

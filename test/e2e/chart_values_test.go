@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -19,16 +20,16 @@ import (
 // component reads; values the chart refuses must stop helm before anything is installed.
 
 func chartTemplatePlacement(t *testing.T) {
-	rc := chartMustRender(t, chartNS, "--set-json", `provisioner.pools=[{"key":"pool","values":["a"]},{"key":"tier","values":["b"]}]`,
+	rc := chartMustRender(t, chartNS, "--set-json", `provisioner.pools=[{"key":"node-restriction.kubernetes.io/pool","values":["a"]},{"key":"node-restriction.kubernetes.io/tier","values":["b"]}]`,
 		"--set", "provisioner.includeControlPlane=true",
 		"--set-json", `provisioner.tolerations=[{"key":"dedicated","operator":"Equal","value":"brewlet","effect":"NoSchedule"}]`)
 	_, ds := chartCheckCommon(t, rc, chartNS)
 	terms := ds.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 	want := []corev1.NodeSelectorTerm{
-		{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "pool", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}},
-		{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "tier", Operator: corev1.NodeSelectorOpIn, Values: []string{"b"}}}},
+		{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "node-restriction.kubernetes.io/pool", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}},
+		{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "node-restriction.kubernetes.io/tier", Operator: corev1.NodeSelectorOpIn, Values: []string{"b"}}}},
 		// A node that left the pools keeps its agent until its host changes are reversed.
-		{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "brewlet.sh/host-changes", Operator: corev1.NodeSelectorOpIn, Values: []string{"present"}}}},
+		{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: vocab.LabelHostChanges, Operator: corev1.NodeSelectorOpIn, Values: []string{"present"}}}},
 	}
 	if !equality.Semantic.DeepEqual(terms, want) {
 		t.Errorf("terms %+v, want %+v", terms, want)
@@ -190,6 +191,15 @@ func chartTemplateNoPools(t *testing.T) {
 	if err == nil || !strings.Contains(out, "provisioner.pools is empty") {
 		t.Fatalf("helm template without pools: err %v, want the pools message\n%s", err, out)
 	}
+	// A pool key a node's own kubelet can set would let any node draw an agent (its token,
+	// the chart's Secrets) and Brewlet pods: refused, as are Brewlet's own keys.
+	for _, key := range []string{"pool.example/name", "pool", "node.kubernetes.io/instance-type",
+		vocab.LabelRuntime, vocab.LabelHostChanges, vocab.RuntimeLabel("python-3.12")} {
+		_, out, err := chartTemplate(t, chartNS, "--set-json", `provisioner.pools=[{"key":"node-restriction.kubernetes.io/pool","values":["a"]},{"key":"`+key+`","values":["b"]}]`)
+		if err == nil || !strings.Contains(out, fmt.Sprintf("provisioner.pools key %q: a node's own kubelet can set it", key)) {
+			t.Errorf("helm template with pool key %q: err %v, want it refused\n%s", key, err, out)
+		}
+	}
 }
 
 // Keyless identities without a trusted root could never be met: refused at install.
@@ -282,8 +292,8 @@ func chartTemplateSchema(t *testing.T) {
 		{chartPools("--set", "apiServer.host=https://x"), "/apiServer/host'"},
 		{chartPools("--set", "apiServer.host=192.0.2.10:6443"), "/apiServer/host'"},
 		{chartPools("--set", "apiServer.port=0"), "/apiServer/port'"},
-		{[]string{"--set-json", `provisioner.pools=[{"key":"pool","values":[]}]`}, "values"},
-		{[]string{"--set-json", `provisioner.pools=[{"key":"pool","names":["a"]}]`}, "names"},
+		{[]string{"--set-json", `provisioner.pools=[{"key":"node-restriction.kubernetes.io/pool","values":[]}]`}, "values"},
+		{[]string{"--set-json", `provisioner.pools=[{"key":"node-restriction.kubernetes.io/pool","names":["a"]}]`}, "names"},
 		{chartPools("--set", "operator.rotationRestarts.maxConcurrent=0"), "/operator/rotationRestarts/maxConcurrent'"},
 		{chartPools("--set", "operator.rotationRestarts.maxConcurrent=101"), "/operator/rotationRestarts/maxConcurrent'"},
 		{chartPools("--set", "operator.rotationRestarts.progressDeadline=10 minutes"), "/operator/rotationRestarts/progressDeadline'"},

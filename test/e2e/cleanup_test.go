@@ -46,12 +46,12 @@ func TestAgentCleansTheNodeOnProfileDeletion(t *testing.T) {
 	}
 	nodeName := "node-" + n.ID
 	refs := buildRuntimes(t, n.Registry, "python")
-	must(c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"pool.example/name": "general"}}}))
+	must(c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"node-restriction.kubernetes.io/pool": "general"}}}))
 	ri := runtimeImage(pyID, refs["python1"])
 	must(c.Create(ctx, ri))
 	waitGeneration(t, c, ri, 1)
 	must(c.Create(ctx, &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "general"}, Spec: brewletv1.NodeProfileSpec{
-		NodePool:      brewletv1.NodePool{Key: "pool.example/name", Names: []string{"general"}},
+		NodePool:      brewletv1.NodePool{Key: "node-restriction.kubernetes.io/pool", Names: []string{"general"}},
 		RuntimeImages: []brewletv1.OfferedRuntime{{ID: pyID, Install: "Eager"}}}}))
 
 	before, err := os.ReadFile(n.ConfigPath)
@@ -173,7 +173,7 @@ func TestAgentCleansTheNodeOnProfileDeletion(t *testing.T) {
 
 	// A profile selecting the node again: the fence opens once the node is served.
 	must(c.Create(ctx, &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "again"}, Spec: brewletv1.NodeProfileSpec{
-		NodePool:      brewletv1.NodePool{Key: "pool.example/name", Names: []string{"general"}},
+		NodePool:      brewletv1.NodePool{Key: "node-restriction.kubernetes.io/pool", Names: []string{"general"}},
 		RuntimeImages: []brewletv1.OfferedRuntime{{ID: pyID, Install: "Eager"}}}}))
 	eventually(t, time.Minute, "the fence open on a node selected again", func() (bool, string) {
 		if err := ag.ReconcileAndWait(ctx); err != nil {

@@ -138,7 +138,7 @@ func TestCRDValidation(t *testing.T) {
 		np := &brewletv1.NodeProfile{
 			ObjectMeta: metav1.ObjectMeta{Name: "general"},
 			Spec: brewletv1.NodeProfileSpec{
-				NodePool:      brewletv1.NodePool{Key: "pool.example/name", Names: []string{"general"}},
+				NodePool:      brewletv1.NodePool{Key: "node-restriction.kubernetes.io/pool", Names: []string{"general"}},
 				RuntimeImages: []brewletv1.OfferedRuntime{{ID: "python-3.12"}},
 			},
 		}
@@ -156,7 +156,7 @@ func TestCRDValidation(t *testing.T) {
 		// field validation (kubectl's default) the manifest is refused, not silently pruned.
 		idle := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": brewletv1.GroupVersion.String(), "kind": "NodeProfile", "metadata": map[string]any{"name": "idle"},
-			"spec": map[string]any{"nodePool": map[string]any{"key": "pool.example/name", "names": []any{"general"}},
+			"spec": map[string]any{"nodePool": map[string]any{"key": "node-restriction.kubernetes.io/pool", "names": []any{"general"}},
 				"runtimeImages": []any{map[string]any{"id": "python-3.12", "install": "OnDemand", "idleTTL": "1h"}}}}}
 		expectDenied(t, c.Create(ctx, idle, client.FieldValidation("Strict")), `unknown field "spec.runtimeImages[0].idleTTL"`)
 	})

@@ -185,7 +185,7 @@ func (b *fleetBench) setup() {
 	t, ctx, start := b.t, context.Background(), time.Now()
 	must(t, b.c.Create(ctx, runtimeImage(fleetID, fleetImage(1))))
 	must(t, b.c.Create(ctx, &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "fleet"}, Spec: brewletv1.NodeProfileSpec{
-		NodePool: brewletv1.NodePool{Key: "type", Names: []string{"kwok"}}, RuntimeImages: []brewletv1.OfferedRuntime{{ID: fleetID}},
+		NodePool: brewletv1.NodePool{Key: vocab.NodeRestrictionPrefix + "pool", Names: []string{"kwok"}}, RuntimeImages: []brewletv1.OfferedRuntime{{ID: fleetID}},
 		ContainerdRestart: string(vocab.ContainerdRestartNone),
 		Rollout:           &brewletv1.RolloutPolicy{MaxUnavailable: ptr.To(intstr.FromString(fleetMaxUnavail)), MaxFailures: ptr.To[int32](fleetMaxFailures)}}}))
 	eventually(t, 15*time.Minute, "generation 1 on every node", func() (bool, string) {

@@ -8,6 +8,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
@@ -87,6 +88,20 @@ func chartKubeletAttacks(t *testing.T, cp *framework.ControlPlane) {
 		{"removing " + vocab.RuntimeLabel("python-3.12"), func() error {
 			return mergePatch(k, n1, "", `{"metadata":{"labels":{"`+vocab.RuntimeLabel("python-3.12")+`":null}}}`)
 		}, nr},
+		// The chain a compromised node starts: join a pool or claim host changes to draw an
+		// agent pod (and mint that pod's token). Pool keys and the placing host-changes key
+		// are node-restriction labels; the old host-changes key places nothing any more.
+		{"joining a pool", func() error { return mergePatch(k, n1, "", nodeLabelPatch(nr+"/pool", "claimed-by-its-kubelet")) }, nr},
+		{"claiming host changes with " + vocab.LabelHostChanges, func() error {
+			return mergePatch(k, n1, "", nodeLabelPatch(vocab.LabelHostChanges, vocab.LabelValuePresent))
+		}, nr},
+		{"setting the old, unread " + vocab.LegacyLabelHostChanges, func() error {
+			return mergePatch(k, n1, "", nodeLabelPatch(vocab.LegacyLabelHostChanges, vocab.LabelValuePresent))
+		}, ""},
+		{"minting a token for the agents' service account with no agent pod on its node", func() error {
+			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "brewlet-provisioner", Namespace: chartNS}}
+			return k.SubResource("token").Create(context.Background(), sa, &authenticationv1.TokenRequest{})
+		}, "brewlet-provisioner"},
 		{"labelling another Node", func() error { return mergePatch(k, n2, "", nodeLabelPatch("topology.example/rack", "r1")) }, "n2"},
 		{"writing its NodeRuntime's status", func() error {
 			return mergePatch(k, &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, "status", `{"status":{"runtimes":[]}}`)

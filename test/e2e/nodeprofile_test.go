@@ -112,7 +112,7 @@ func readyCond(p *brewletv1.NodeProfile) string {
 
 func testProfilePools(t *testing.T, c client.Client) {
 	ctx := context.Background()
-	const key = "pool.example/name"
+	const key = "node-restriction.kubernetes.io/pool"
 	if err := c.Create(ctx, runtimeImage("py", "127.0.0.1:5000/runtimes/py@"+digestN(1))); err != nil {
 		t.Fatal(err)
 	}
@@ -537,7 +537,7 @@ func wavesHeld(t *testing.T, c client.Client, pool, id string, nodes []string, h
 // directives.
 func rolloutPool(t *testing.T, c client.Client, pool, id string, r *brewletv1.RolloutPolicy, nodes ...string) {
 	t.Helper()
-	key := "pool.example/" + pool
+	key := vocab.NodeRestrictionPrefix + "pool-" + pool
 	for _, n := range nodes {
 		mkNode(t, c, n, map[string]string{key: pool})
 	}

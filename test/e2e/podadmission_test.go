@@ -17,6 +17,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -114,16 +115,27 @@ func appSC(p *corev1.Pod) *corev1.SecurityContext {
 	return p.Spec.Containers[0].SecurityContext
 }
 
+// offersPoolKey is the pool key of the tests' NodeProfiles: under node-restriction.kubernetes.io/,
+// as every pool key must be.
+const offersPoolKey = vocab.NodeRestrictionPrefix + "pool"
+
 func TestPodAdmission(t *testing.T) {
 	// Scheduler and kwok nodes: admitted pods must land only on nodes offering their runtime.
 	cp := framework.StartControlPlane(t, framework.ControlPlaneOptions{Scheduler: true, Kwok: true})
 	ctx, c := context.Background(), cp.Client
-	// Node labels are the agent's to write; here they stand for agents in each state.
+	// Brewlet's node labels are the agent's to write; here they stand for agents in each
+	// state. Pool labels (offersPoolKey) are the administrator's: no node's own identity can
+	// set them. The last two nodes are compromised: every label their kubelet or agent can
+	// write claims python-3.12 (a forgeable pool label, the old host-changes label, the
+	// runtime labels), but they are in no pool offering it.
 	for name, labels := range map[string]map[string]string{
-		"py-ready":     {vocab.LabelRuntime: vocab.LabelValueReady, vocab.RuntimeLabel("python-3.12"): vocab.LabelValueReady},
-		"py-on-demand": {vocab.LabelRuntime: vocab.LabelValueReady, vocab.RuntimeLabel("python-3.12"): vocab.LabelValueAvailable},
-		"ruby-only":    {vocab.LabelRuntime: vocab.LabelValueReady, vocab.RuntimeLabel("ruby-3"): vocab.LabelValueReady},
+		"py-ready":     {offersPoolKey: "general", vocab.LabelRuntime: vocab.LabelValueReady, vocab.RuntimeLabel("python-3.12"): vocab.LabelValueReady},
+		"py-on-demand": {offersPoolKey: "general", vocab.LabelRuntime: vocab.LabelValueReady, vocab.RuntimeLabel("python-3.12"): vocab.LabelValueAvailable},
+		"ruby-only":    {offersPoolKey: "gpu", vocab.LabelRuntime: vocab.LabelValueReady, vocab.RuntimeLabel("ruby-3"): vocab.LabelValueReady},
 		"no-brewlet":   nil,
+		"forged-in-no-pool": {offersPoolKey: "unpooled", "pool.example/name": "general", vocab.LegacyLabelHostChanges: vocab.LabelValuePresent,
+			vocab.LabelRuntime: vocab.LabelValueReady, vocab.RuntimeLabel("python-3.12"): vocab.LabelValueReady},
+		"forged-in-gpu": {offersPoolKey: "gpu", vocab.LabelRuntime: vocab.LabelValueReady, vocab.RuntimeLabel("python-3.12"): vocab.LabelValueReady},
 	} {
 		if err := cp.AddFakeNode(ctx, name, labels); err != nil {
 			t.Fatal(err)
@@ -172,14 +184,20 @@ func TestPodAdmission(t *testing.T) {
 	py.Spec.User = brewletv1.RuntimeUser{UID: 10001, GID: 10002}
 	ruby := runtimeImage("ruby-3", "registry.example/runtimes/ruby@"+goodDigest)
 	ruby.Spec.Revoked = true
-	for _, ri := range []*brewletv1.RuntimeImage{py, ruby} {
+	// Approved, but offered to no pool.
+	node := runtimeImage("node-20", "registry.example/runtimes/node@"+goodDigest)
+	for _, ri := range []*brewletv1.RuntimeImage{py, ruby, node} {
 		if err := c.Create(ctx, ri); err != nil {
 			t.Fatal(err)
 		}
 	}
+	for pool, id := range map[string]string{"general": "python-3.12", "gpu": "ruby-3"} {
+		must(t, c.Create(ctx, &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: pool}, Spec: brewletv1.NodeProfileSpec{
+			NodePool: brewletv1.NodePool{Key: offersPoolKey, Names: []string{pool}}, RuntimeImages: []brewletv1.OfferedRuntime{{ID: id}}}}))
+	}
 	eventually(t, 30*time.Second, "Approved written by the operator", func() (bool, string) {
-		a, r := approved(getRI(t, c, "python-3.12")), approved(getRI(t, c, "ruby-3"))
-		return a != nil && a.Status == metav1.ConditionTrue && r != nil && r.Status == metav1.ConditionFalse, fmt.Sprint(a, r)
+		a, r, n := approved(getRI(t, c, "python-3.12")), approved(getRI(t, c, "ruby-3")), approved(getRI(t, c, "node-20"))
+		return a != nil && a.Status == metav1.ConditionTrue && r != nil && r.Status == metav1.ConditionFalse && n != nil && n.Status == metav1.ConditionTrue, fmt.Sprint(a, r, n)
 	})
 
 	warn := &warnings{}
@@ -220,14 +238,15 @@ func TestPodAdmission(t *testing.T) {
 		}
 		want := corev1.NodeSelectorRequirement{Key: vocab.RuntimeLabel("python-3.12"), Operator: corev1.NodeSelectorOpIn,
 			Values: []string{vocab.LabelValueReady, vocab.LabelValueAvailable}}
+		pool := corev1.NodeSelectorRequirement{Key: offersPoolKey, Operator: corev1.NodeSelectorOpIn, Values: []string{"general"}}
 		terms := got.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 		if len(terms) != 2 {
 			t.Fatalf("terms %+v", terms)
 		}
 		for i, term := range terms {
-			last := term.MatchExpressions[len(term.MatchExpressions)-1]
-			if last.Key != want.Key || last.Operator != want.Operator || strings.Join(last.Values, ",") != "ready,available" {
-				t.Fatalf("term %d lacks the runtime requirement: %+v", i, term)
+			n := len(term.MatchExpressions)
+			if n < 2 || !equality.Semantic.DeepEqual(term.MatchExpressions[n-2:], []corev1.NodeSelectorRequirement{want, pool}) {
+				t.Fatalf("term %d lacks the runtime and pool requirements: %+v", i, term)
 			}
 		}
 		if w := warn.take(); len(w) != 0 {
@@ -277,7 +296,7 @@ func TestPodAdmission(t *testing.T) {
 					return false, fmt.Sprintf("%s pending: %+v", p.Name, got.Status.Conditions)
 				case "py-ready", "py-on-demand":
 				default:
-					t.Fatalf("%s scheduled onto %s, which does not offer python-3.12", p.Name, got.Spec.NodeName)
+					t.Fatalf("%s scheduled onto %s, which is in no pool offering python-3.12", p.Name, got.Spec.NodeName)
 				}
 			}
 			return true, ""
@@ -306,6 +325,7 @@ func TestPodAdmission(t *testing.T) {
 		{"invalid ID", "python:3.12", nil, "InvalidRuntimeImageID: "},
 		{"unknown ID", "perl-5", nil, `UnknownRuntimeImage: annotation brewlet.sh/runtime-image names "perl-5"`},
 		{"revoked ID", "ruby-3", nil, "RuntimeImageRevoked: RuntimeImage ruby-3 is revoked"},
+		{"offered to no pool", "node-20", nil, "RuntimeNotOffered: no NodeProfile offers runtime node-20"},
 		{"privileged", "python-3.12", func(p *corev1.Pod) { appSC(p).Privileged = ptr.To(true) }, `PrivilegeNotSupported: spec.containers[0] "app": securityContext.privileged is true`},
 		{"hostNetwork", "python-3.12", func(p *corev1.Pod) { p.Spec.HostNetwork = true }, "PrivilegeNotSupported: spec.hostNetwork is true"},
 		{"added capability", "python-3.12", func(p *corev1.Pod) {
@@ -358,7 +378,7 @@ func TestPodAdmission(t *testing.T) {
 				p.Annotations[vocab.AnnotationRotatedToGeneration] = brewletv1.RotationBarrier{ID: live.Name, Epoch: live.UID, Generation: live.Status.Generation}.String()
 				p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}} // the fake nodes' startup taints
 			})
-			d := admission.Admit(pod, ri)
+			d := admission.Admit(pod, ri, map[string][]string{offersPoolKey: {"general"}})
 			if !d.Allowed() {
 				t.Fatal(d.Message())
 			}

@@ -189,7 +189,8 @@ func TestPodSecurityAdmission(t *testing.T) {
 }
 
 // startPodSecurityWebhook runs the operator with pod admission, installs the webhook
-// configuration and an approved RuntimeImage python-3.12, and waits for the caBundle.
+// configuration, an approved RuntimeImage python-3.12 and a NodeProfile offering it, and
+// waits for the caBundle.
 func startPodSecurityWebhook(t *testing.T, cp *framework.ControlPlane) {
 	t.Helper()
 	ctx, c := context.Background(), cp.Client
@@ -200,6 +201,9 @@ func startPodSecurityWebhook(t *testing.T, cp *framework.ControlPlane) {
 	if err := c.Create(ctx, py); err != nil {
 		t.Fatal(err)
 	}
+	// Offered to a pool: a runtime no pool offers is refused at admission.
+	must(t, c.Create(ctx, &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "general"}, Spec: brewletv1.NodeProfileSpec{
+		NodePool: brewletv1.NodePool{Key: offersPoolKey, Names: []string{"general"}}, RuntimeImages: []brewletv1.OfferedRuntime{{ID: "python-3.12"}}}}))
 	eventually(t, 30*time.Second, "python-3.12 approved by the operator", func() (bool, string) {
 		a := approved(getRI(t, c, "python-3.12"))
 		return a != nil && a.Status == metav1.ConditionTrue, fmt.Sprint(a)

@@ -37,10 +37,10 @@ func TestNodeLossAndRetirementEvidence(t *testing.T) {
 	}
 	must(c.Create(ctx, runtimeImage(pyID, "127.0.0.1:5000/runtimes/python@"+digestN(1))))
 	must(c.Create(ctx, &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "general"}, Spec: brewletv1.NodeProfileSpec{
-		NodePool:      brewletv1.NodePool{Key: "pool.example/name", Names: []string{"general"}},
+		NodePool:      brewletv1.NodePool{Key: "node-restriction.kubernetes.io/pool", Names: []string{"general"}},
 		RuntimeImages: []brewletv1.OfferedRuntime{{ID: pyID}}}}))
 	newNode := func() *corev1.Node {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"pool.example/name": "general"}}}
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"node-restriction.kubernetes.io/pool": "general"}}}
 		must(c.Create(ctx, n))
 		return n
 	}

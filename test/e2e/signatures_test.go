@@ -130,13 +130,13 @@ func TestSignedApproval(t *testing.T) {
 		}
 	}
 	const nodeName, id = "node-signed", "shell"
-	must(c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"pool.example/name": "general"}}}))
+	must(c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"node-restriction.kubernetes.io/pool": "general"}}}))
 	ri := runtimeImage(id, refs["signed-1"])
 	must(c.Create(ctx, ri))
 	waitGeneration(t, c, ri, 1)
 	waitSignature(t, c, id, vocab.ReasonSignatureVerified)
 	np := &brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "general"}, Spec: brewletv1.NodeProfileSpec{
-		NodePool:      brewletv1.NodePool{Key: "pool.example/name", Names: []string{"general"}},
+		NodePool:      brewletv1.NodePool{Key: "node-restriction.kubernetes.io/pool", Names: []string{"general"}},
 		RuntimeImages: []brewletv1.OfferedRuntime{{ID: id, Install: "Eager"}}}}
 	must(c.Create(ctx, np))
 

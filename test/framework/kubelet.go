@@ -18,9 +18,12 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework/hostops"
 )
 
@@ -29,7 +32,9 @@ type KubeletOptions struct {
 	// NodeName is the Node's name; empty means "kubelet-<instance id>".
 	NodeName string
 	// Labels are set by the kubelet when it registers the Node (NodeRestriction applies:
-	// no kubernetes.io labels outside the allowed set).
+	// no kubernetes.io labels outside the allowed set), those under
+	// node-restriction.kubernetes.io/ (pool keys) by the administrator once it registered,
+	// as a platform's node provisioning sets them.
 	Labels map[string]string
 	// Node varies the node's containerd configuration.
 	Node NodeOptions
@@ -131,6 +136,16 @@ func StartKubelet(t TB, cp *ControlPlane, n *Node, opts KubeletOptions) *Kubelet
 	if k.NodeName == "" {
 		k.NodeName = "kubelet-" + n.ID
 	}
+	// A kubelet may not set node-restriction.kubernetes.io/ labels (it refuses to start with
+	// them): those the administrator sets once the Node registered.
+	own, restricted := map[string]string{}, map[string]string{}
+	for key, v := range opts.Labels {
+		if strings.HasPrefix(key, vocab.NodeRestrictionPrefix) {
+			restricted[key] = v
+		} else {
+			own[key] = v
+		}
+	}
 	steps := []struct {
 		name string
 		fn   func() error
@@ -140,8 +155,9 @@ func StartKubelet(t TB, cp *ControlPlane, n *Node, opts KubeletOptions) *Kubelet
 		{"shared root directory", k.sharedRootDir},
 		{"containerd sees the root directory", k.restartViewContainerd},
 		{"credential provider", func() error { return k.credentialProvider(t, opts.Registry) }},
-		{"start kubelet", func() error { return k.start(t, cp, kubeletBin, opts.Labels) }},
+		{"start kubelet", func() error { return k.start(t, cp, kubeletBin, own) }},
 		{"wait for Node Ready", func() error { return k.waitNodeReady(cp, 180*time.Second) }},
+		{"label the Node as its provisioning would", func() error { return labelNode(cp, k.NodeName, restricted) }},
 	}
 	for _, s := range steps {
 		if err := s.fn(); err != nil {
@@ -149,6 +165,21 @@ func StartKubelet(t TB, cp *ControlPlane, n *Node, opts KubeletOptions) *Kubelet
 		}
 	}
 	return k
+}
+
+// labelNode sets labels on a Node with the administrator's credentials (none: nothing).
+func labelNode(cp *ControlPlane, node string, labels map[string]string) error {
+	if len(labels) == 0 {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	return cp.Client.Patch(ctx, n, client.RawPatch(types.MergePatchType, patch))
 }
 
 func (k *KubeletNode) file(name string) string { return filepath.Join(k.Dir, "kubelet-conf", name) }

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"brewlet.sh/brewlet/internal/vocab"
 )
 
 // kwokAnnotation marks the fake nodes kwok manages; real nodes never carry it.
@@ -40,7 +42,9 @@ func (cp *ControlPlane) startKwok(t TB, nodes int) error {
 
 // AddFakeNode creates a Node that kwok keeps Ready.
 func (cp *ControlPlane) AddFakeNode(ctx context.Context, name string, labels map[string]string) error {
-	l := map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok"}
+	l := map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok",
+		// The fleet's pool: a key no kubelet could set, as every pool key.
+		vocab.NodeRestrictionPrefix + "pool": "kwok"}
 	for k, v := range labels {
 		l[k] = v
 	}

@@ -177,6 +177,11 @@ func Decide(in Input) Decision {
 
 	c := metav1.Condition{Type: string(vocab.ConditionReady), ObservedGeneration: p.Generation, LastTransitionTime: in.Now}
 	switch {
+	case !nodepool.KeyTrusted(p.Spec.NodePool.Key):
+		c.Status, c.Reason = metav1.ConditionFalse, string(vocab.ReasonPoolKeyForgeable)
+		c.Message = fmt.Sprintf("pool key %q is one a node's own kubelet can set (or one of Brewlet's own), so any node could join the pool: this profile serves no node. "+
+			"Label the pool's nodes with a key under %s (not %s*) and set spec.nodePool.key to it (docs/install.md, \"Node pools\")",
+			p.Spec.NodePool.Key, vocab.NodeRestrictionPrefix, vocab.ReservedPoolKeyPrefix)
 	case len(conflicts) > 0:
 		var parts []string
 		for _, older := range sortedKeys(conflicts) {
@@ -205,7 +210,7 @@ func Decide(in Input) Decision {
 	prev := meta.FindStatusCondition(st.Conditions, c.Type)
 	if prev == nil || prev.Status != c.Status || prev.Reason != c.Reason {
 		typ := corev1.EventTypeNormal
-		if c.Reason == string(vocab.ReasonPoolConflict) || c.Reason == string(vocab.ReasonUnknownRuntimeImage) {
+		if c.Reason == string(vocab.ReasonPoolConflict) || c.Reason == string(vocab.ReasonUnknownRuntimeImage) || c.Reason == string(vocab.ReasonPoolKeyForgeable) {
 			typ = corev1.EventTypeWarning
 		}
 		d.Events = append(d.Events, Event{Type: typ, Reason: vocab.Reason(c.Reason), Message: c.Message})

@@ -22,7 +22,7 @@ var now = metav1.Unix(1000, 0)
 
 func prof(name string, age int64, pools []string, ids ...string) brewletv1.NodeProfile {
 	p := brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: name, Generation: 1, CreationTimestamp: metav1.Unix(age, 0)},
-		Spec: brewletv1.NodeProfileSpec{NodePool: brewletv1.NodePool{Key: "pool", Names: pools}}}
+		Spec: brewletv1.NodeProfileSpec{NodePool: brewletv1.NodePool{Key: "node-restriction.kubernetes.io/pool", Names: pools}}}
 	for _, id := range ids {
 		p.Spec.RuntimeImages = append(p.Spec.RuntimeImages, brewletv1.OfferedRuntime{ID: id, Install: "Eager"})
 	}
@@ -30,11 +30,22 @@ func prof(name string, age int64, pools []string, ids ...string) brewletv1.NodeP
 }
 
 func node(name, pool string, extra ...string) corev1.Node {
-	n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{"pool": pool}}}
+	n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{"node-restriction.kubernetes.io/pool": pool}}}
 	for _, k := range extra {
 		n.Labels[k] = ""
 	}
 	return n
+}
+
+// forgeable moves the profile's pool to a key outside node-restriction.kubernetes.io/.
+func forgeable(p brewletv1.NodeProfile) brewletv1.NodeProfile {
+	p.Spec.NodePool.Key = "pool.example/name"
+	return p
+}
+
+// kubeletLabelled is a node that gave itself the forgeable pool key.
+func kubeletLabelled(name, pool string) corev1.Node {
+	return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{"pool.example/name": pool}}}
 }
 
 func img(name string, gen int64) *brewletv1.RuntimeImage {
@@ -94,6 +105,9 @@ func TestDecide(t *testing.T) {
 		{"an unknown ID makes the profile not Ready, the nodes still get the others",
 			input(prof("p", 1, general, "py", "ghost"), nil, three, []*brewletv1.RuntimeImage{img("py", 1)}, nrt("a", ready("py", 1)), nrt("b", ready("py", 1))),
 			[]string{"a", "b"}, 2, vocab.ReasonUnknownRuntimeImage, []string{"ghost"}},
+		{"a pool key a kubelet could set serves no node, though the nodes carry it",
+			input(forgeable(prof("p", 1, general, "py")), nil, []corev1.Node{kubeletLabelled("a", "general")}, []*brewletv1.RuntimeImage{img("py", 1)}, nrt("a", ready("py", 1))),
+			nil, 0, vocab.ReasonPoolKeyForgeable, []string{`"pool.example/name"`, "node-restriction.kubernetes.io/"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := Decide(tc.in)

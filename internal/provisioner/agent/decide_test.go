@@ -17,7 +17,7 @@ import (
 
 func profile(name string, names ...string) brewletv1.NodeProfile {
 	return brewletv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: brewletv1.NodeProfileSpec{
-		NodePool: brewletv1.NodePool{Key: "pool", Names: names}, RuntimeImages: []brewletv1.OfferedRuntime{{ID: "py", Install: "Eager"}}}}
+		NodePool: brewletv1.NodePool{Key: "node-restriction.kubernetes.io/pool", Names: names}, RuntimeImages: []brewletv1.OfferedRuntime{{ID: "py", Install: "Eager"}}}}
 }
 
 func aged(p brewletv1.NodeProfile, sec int64) brewletv1.NodeProfile {
@@ -44,14 +44,14 @@ func TestSelectProfile(t *testing.T) {
 		want     string
 		reason   vocab.Reason
 	}{
-		{"match", node(map[string]string{"pool": "general"}), []brewletv1.NodeProfile{profile("a", "general"), profile("b", "gpu")}, "a", ""},
+		{"match", node(map[string]string{"node-restriction.kubernetes.io/pool": "general"}), []brewletv1.NodeProfile{profile("a", "general"), profile("b", "gpu")}, "a", ""},
 		{"no label", node(nil), []brewletv1.NodeProfile{profile("a", "general")}, "", ""},
-		{"other pool", node(map[string]string{"pool": "batch"}), []brewletv1.NodeProfile{profile("a", "general")}, "", ""},
-		{"overlap: the older profile keeps the node", node(map[string]string{"pool": "general"}), []brewletv1.NodeProfile{aged(profile("b", "general", "gpu"), 2), aged(profile("a", "general"), 1)}, "a", vocab.ReasonPoolConflict},
-		{"overlap: same age, the name decides", node(map[string]string{"pool": "general"}), []brewletv1.NodeProfile{profile("b", "general"), profile("a", "general", "gpu")}, "a", vocab.ReasonPoolConflict},
-		{"overlap: a deleted profile does not conflict", node(map[string]string{"pool": "general"}), []brewletv1.NodeProfile{deleting(aged(profile("a", "general"), 1)), aged(profile("b", "general"), 2)}, "b", ""},
-		{"control plane skipped", node(map[string]string{"pool": "general", controlPlaneLabel: ""}), []brewletv1.NodeProfile{profile("a", "general")}, "", ""},
-		{"control plane opted in", node(map[string]string{"pool": "general", controlPlaneLabel: ""}), []brewletv1.NodeProfile{cpProfile}, "cp", ""},
+		{"other pool", node(map[string]string{"node-restriction.kubernetes.io/pool": "batch"}), []brewletv1.NodeProfile{profile("a", "general")}, "", ""},
+		{"overlap: the older profile keeps the node", node(map[string]string{"node-restriction.kubernetes.io/pool": "general"}), []brewletv1.NodeProfile{aged(profile("b", "general", "gpu"), 2), aged(profile("a", "general"), 1)}, "a", vocab.ReasonPoolConflict},
+		{"overlap: same age, the name decides", node(map[string]string{"node-restriction.kubernetes.io/pool": "general"}), []brewletv1.NodeProfile{profile("b", "general"), profile("a", "general", "gpu")}, "a", vocab.ReasonPoolConflict},
+		{"overlap: a deleted profile does not conflict", node(map[string]string{"node-restriction.kubernetes.io/pool": "general"}), []brewletv1.NodeProfile{deleting(aged(profile("a", "general"), 1)), aged(profile("b", "general"), 2)}, "b", ""},
+		{"control plane skipped", node(map[string]string{"node-restriction.kubernetes.io/pool": "general", controlPlaneLabel: ""}), []brewletv1.NodeProfile{profile("a", "general")}, "", ""},
+		{"control plane opted in", node(map[string]string{"node-restriction.kubernetes.io/pool": "general", controlPlaneLabel: ""}), []brewletv1.NodeProfile{cpProfile}, "cp", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := SelectProfile(tc.node, tc.profiles)
