@@ -37,11 +37,13 @@ type NodePool struct {
 	// there (node-restriction.kubernetes.io/brewlet*), which the node's agent writes.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=317
-	// +kubebuilder:validation:XValidation:rule="self.startsWith('node-restriction.kubernetes.io/') && size(self) > size('node-restriction.kubernetes.io/') && !self.startsWith('node-restriction.kubernetes.io/brewlet')",message="nodePool.key must be a label key under node-restriction.kubernetes.io/ (not node-restriction.kubernetes.io/brewlet*): a node's own kubelet can set any other key on its Node and so join the pool"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('node-restriction.kubernetes.io/') && self.substring(size('node-restriction.kubernetes.io/')).matches('^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && !self.startsWith('node-restriction.kubernetes.io/brewlet')",message="nodePool.key must be a label key under node-restriction.kubernetes.io/ (not node-restriction.kubernetes.io/brewlet*): a node's own kubelet can set any other key on its Node and so join the pool"
 	Key string `json:"key"`
 	// Names are the pool names (label values) this profile applies to.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	// +listType=set
 	Names []string `json:"names"`
 	// IncludeControlPlane lets the profile select control-plane nodes.

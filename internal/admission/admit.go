@@ -89,12 +89,12 @@ func Approval(ri *brewletv1.RuntimeImage) error {
 // what the node enforces are refused (podSecurityViolations) and the fields restricted
 // checks are filled where unset (applyPodSecurity).
 //
-// pools are the node pools whose NodeProfiles offer the runtime, by pool key
+// placements are where the NodeProfiles offering the runtime place it, in pool labels
 // (nodepool.Offering); none refuses the pod (RuntimeNotOffered). Pool labels are the one
 // thing about a node its own identities cannot write (their keys are under
-// node-restriction.kubernetes.io/), so a node attracts a runtime's pods only while a
-// NodeProfile offers that runtime to its pool, whatever labels its kubelet or agent set.
-func Admit(pod *corev1.Pod, ri *brewletv1.RuntimeImage, pools map[string][]string) Decision {
+// node-restriction.kubernetes.io/), so a node attracts a runtime's pods only while the
+// profile that owns it offers that runtime, whatever labels its kubelet or agent set.
+func Admit(pod *corev1.Pod, ri *brewletv1.RuntimeImage, placements [][]corev1.NodeSelectorRequirement) Decision {
 	var d Decision
 	id, ok := RuntimeImageID(pod)
 	switch {
@@ -112,14 +112,14 @@ func Admit(pod *corev1.Pod, ri *brewletv1.RuntimeImage, pools map[string][]strin
 		if err := Approval(ri); err != nil {
 			d.Denials = append(d.Denials, vocabErr(err, ""))
 		}
-		if len(pools) == 0 {
+		if len(placements) == 0 {
 			d.Denials = append(d.Denials, deny(vocab.ReasonRuntimeNotOffered,
 				"no NodeProfile offers runtime %s to a node pool (a pool key under %s), so no node may run this pod; ask the platform team to add %s to a NodeProfile's runtimeImages",
 				id, vocab.NodeRestrictionPrefix, id))
-		} else if n := offeredTerms(pod, pools); n > MaxNodeSelectorTerms {
+		} else if n := offeredTerms(pod, placements); n > MaxNodeSelectorTerms {
 			d.Denials = append(d.Denials, deny(vocab.ReasonLimitExceeded,
-				"the pod's required node affinity would grow to %d terms (its terms times the %d pool keys offering %s), more than %d; use fewer nodeSelectorTerms",
-				n, len(pools), id, MaxNodeSelectorTerms))
+				"the pod's required node affinity would grow to %d terms (its terms times the %d NodeProfiles offering %s), more than %d; use fewer nodeSelectorTerms",
+				n, len(placements), id, MaxNodeSelectorTerms))
 		}
 		// The CRD refuses a root spec.user; this guards the default against an object
 		// that bypassed validation, because the default is what the pod would run as.
@@ -136,7 +136,7 @@ func Admit(pod *corev1.Pod, ri *brewletv1.RuntimeImage, pools map[string][]strin
 	}
 	out := pod.DeepCopy()
 	requireRuntimeLabel(out, id)
-	requireOfferingPool(out, pools)
+	requireOfferingPool(out, placements)
 	avoidExcludedNodes(out, ri)
 	defaultIdentity(out, ri.Spec.User)
 	applyPodSecurity(out)

@@ -188,8 +188,8 @@ func offeringProfile(id string) *brewletv1.NodeProfile {
 		RuntimeImages: []brewletv1.OfferedRuntime{{ID: id}}}}
 }
 
-// testPools: the runtime is offered to pool general.
-var testPools = map[string][]string{"node-restriction.kubernetes.io/pool": {"general"}}
+// testPools: the runtime is offered to pool general (one placement, poolReq).
+var testPools = [][]corev1.NodeSelectorRequirement{{poolReq()}}
 
 func poolReq() corev1.NodeSelectorRequirement {
 	return corev1.NodeSelectorRequirement{Key: "node-restriction.kubernetes.io/pool", Operator: corev1.NodeSelectorOpIn, Values: []string{"general"}}

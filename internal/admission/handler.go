@@ -64,12 +64,12 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		requests.WithLabelValues("error").Inc()
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	pools, err := h.offering(ctx, ri)
+	placements, err := h.offering(ctx, ri)
 	if err != nil {
 		requests.WithLabelValues("error").Inc()
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	d := Admit(pod, ri, pools)
+	d := Admit(pod, ri, placements)
 	if !d.Allowed() {
 		requests.WithLabelValues("denied").Inc()
 		return admission.Denied(d.Message()).WithWarnings(d.Warnings...)
@@ -120,10 +120,10 @@ func (h *Handler) lookup(ctx context.Context, pod *corev1.Pod) (*brewletv1.Runti
 	return ri, nil
 }
 
-// offering returns the pools whose NodeProfiles offer ri (none when ri is nil). A profile
-// created a moment ago may not be in the cache yet: when the cache shows no offer, the API
-// server is asked before the pod is refused.
-func (h *Handler) offering(ctx context.Context, ri *brewletv1.RuntimeImage) (map[string][]string, error) {
+// offering returns where the NodeProfiles offering ri place it (none when ri is nil). A
+// profile created a moment ago may not be in the cache yet: when the cache shows no offer,
+// the API server is asked before the pod is refused.
+func (h *Handler) offering(ctx context.Context, ri *brewletv1.RuntimeImage) ([][]corev1.NodeSelectorRequirement, error) {
 	if ri == nil {
 		return nil, nil
 	}
@@ -131,9 +131,9 @@ func (h *Handler) offering(ctx context.Context, ri *brewletv1.RuntimeImage) (map
 	if err := h.Cache.List(ctx, &profiles); err != nil {
 		return nil, err
 	}
-	pools := nodepool.Offering(profiles.Items, ri.Name)
-	if len(pools) > 0 || h.Direct == nil {
-		return pools, nil
+	placements := nodepool.Offering(profiles.Items, ri.Name)
+	if len(placements) > 0 || h.Direct == nil {
+		return placements, nil
 	}
 	if err := h.Direct.List(ctx, &profiles); err != nil {
 		return nil, err

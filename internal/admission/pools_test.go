@@ -10,15 +10,18 @@ import (
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
-// A Brewlet pod goes only to the pools whose NodeProfiles offer its runtime: pool labels
-// are the one thing no node's own identity can write, so no label its kubelet or agent sets
-// widens where the pod may run.
+// A Brewlet pod goes only where a NodeProfile offering its runtime owns the node, in pool
+// labels (the one thing no node's own identity can write): no label its kubelet or agent
+// sets widens where the pod may run.
 func TestAdmitRequiresAnOfferingPool(t *testing.T) {
 	zone := corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}
 	arch := corev1.NodeSelectorRequirement{Key: "arch", Operator: corev1.NodeSelectorOpIn, Values: []string{"arm64"}}
-	team := corev1.NodeSelectorRequirement{Key: "node-restriction.kubernetes.io/team", Operator: corev1.NodeSelectorOpIn, Values: []string{"ml"}}
 	general := corev1.NodeSelectorRequirement{Key: "node-restriction.kubernetes.io/pool", Operator: corev1.NodeSelectorOpIn, Values: []string{"batch", "general"}}
-	twoKeys := map[string][]string{"node-restriction.kubernetes.io/pool": {"batch", "general"}, "node-restriction.kubernetes.io/team": {"ml"}}
+	team := corev1.NodeSelectorRequirement{Key: "node-restriction.kubernetes.io/team", Operator: corev1.NodeSelectorOpIn, Values: []string{"ml"}}
+	notGeneral := corev1.NodeSelectorRequirement{Key: "node-restriction.kubernetes.io/pool", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"batch", "general"}}
+	noCP := corev1.NodeSelectorRequirement{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.NodeSelectorOpDoesNotExist}
+	one := [][]corev1.NodeSelectorRequirement{{general, noCP}}
+	two := [][]corev1.NodeSelectorRequirement{{general, noCP}, {team, notGeneral}}
 	terms := func(ts ...corev1.NodeSelectorTerm) func(*corev1.Pod) {
 		return func(p *corev1.Pod) {
 			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
@@ -29,22 +32,23 @@ func TestAdmitRequiresAnOfferingPool(t *testing.T) {
 		return corev1.NodeSelectorTerm{MatchExpressions: rs}
 	}
 	for _, tc := range []struct {
-		name  string
-		pod   *corev1.Pod
-		pools map[string][]string
-		want  []corev1.NodeSelectorTerm
+		name       string
+		pod        *corev1.Pod
+		placements [][]corev1.NodeSelectorRequirement
+		want       []corev1.NodeSelectorTerm
 	}{
-		{"one key: one requirement in every term", brewletPod(terms(expr(zone), expr(arch))),
-			map[string][]string{"node-restriction.kubernetes.io/pool": {"batch", "general"}},
-			[]corev1.NodeSelectorTerm{expr(zone, runtimeReq(), general), expr(arch, runtimeReq(), general)}},
-		{"two keys: each term once per key", brewletPod(terms(expr(zone), expr(arch))), twoKeys,
-			[]corev1.NodeSelectorTerm{expr(zone, runtimeReq(), general), expr(zone, runtimeReq(), team),
-				expr(arch, runtimeReq(), general), expr(arch, runtimeReq(), team)}},
-		{"two keys, no terms of its own", brewletPod(), twoKeys,
-			[]corev1.NodeSelectorTerm{expr(runtimeReq(), general), expr(runtimeReq(), team)}},
+		{"one offering profile: its placement in every term", brewletPod(terms(expr(zone), expr(arch))), one,
+			[]corev1.NodeSelectorTerm{expr(zone, runtimeReq(), general, noCP), expr(arch, runtimeReq(), general, noCP)}},
+		{"two: each term once per placement", brewletPod(terms(expr(zone), expr(arch))), two,
+			[]corev1.NodeSelectorTerm{expr(zone, runtimeReq(), general, noCP), expr(zone, runtimeReq(), team, notGeneral),
+				expr(arch, runtimeReq(), general, noCP), expr(arch, runtimeReq(), team, notGeneral)}},
+		{"two, no terms of its own", brewletPod(), two,
+			[]corev1.NodeSelectorTerm{expr(runtimeReq(), general, noCP), expr(runtimeReq(), team, notGeneral)}},
+		{"a requirement the pod already has is not repeated", brewletPod(terms(expr(noCP, zone))), one,
+			[]corev1.NodeSelectorTerm{expr(noCP, zone, runtimeReq(), general)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Admit(tc.pod, approvedRI("python-3.12"), tc.pools)
+			d := Admit(tc.pod, approvedRI("python-3.12"), tc.placements)
 			if !d.Allowed() {
 				t.Fatal(d.Message())
 			}
@@ -52,24 +56,33 @@ func TestAdmitRequiresAnOfferingPool(t *testing.T) {
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("terms\n got %+v\nwant %+v", got, tc.want)
 			}
-			if again := Admit(d.Pod, approvedRI("python-3.12"), tc.pools); !reflect.DeepEqual(again.Pod, d.Pod) {
-				t.Fatal("second admission changed the pod")
+			if again := Admit(d.Pod, approvedRI("python-3.12"), tc.placements); !again.Allowed() || !reflect.DeepEqual(again.Pod, d.Pod) {
+				t.Fatalf("second admission changed the pod: %s", again.Message())
 			}
 		})
 	}
 
-	for _, pools := range []map[string][]string{nil, {}} {
-		d := Admit(brewletPod(), approvedRI("python-3.12"), pools)
+	for _, none := range [][][]corev1.NodeSelectorRequirement{nil, {}} {
+		d := Admit(brewletPod(), approvedRI("python-3.12"), none)
 		if d.Allowed() || vocab.ReasonOf(d.Denials[0]) != vocab.ReasonRuntimeNotOffered || !strings.Contains(d.Message(), "NodeProfile") {
 			t.Errorf("a runtime no pool offers: %v, want RuntimeNotOffered", d.Message())
 		}
 	}
 
-	many := make([]corev1.NodeSelectorTerm, MaxNodeSelectorTerms/2+1)
+	// Bounded: terms times placements. An admitted pod at the bound passes again (its terms
+	// are expanded already, not multiplied once more).
+	many := make([]corev1.NodeSelectorTerm, MaxNodeSelectorTerms/2)
 	for i := range many {
 		many[i] = expr(zone)
 	}
-	if d := Admit(brewletPod(terms(many...)), approvedRI("python-3.12"), twoKeys); d.Allowed() || vocab.ReasonOf(d.Denials[0]) != vocab.ReasonLimitExceeded {
-		t.Errorf("%d terms times 2 pool keys: %v, want LimitExceeded", len(many), d.Message())
+	d := Admit(brewletPod(terms(many...)), approvedRI("python-3.12"), two)
+	if !d.Allowed() {
+		t.Fatalf("%d terms times 2 placements: %s", len(many), d.Message())
+	}
+	if again := Admit(d.Pod, approvedRI("python-3.12"), two); !again.Allowed() || !reflect.DeepEqual(again.Pod, d.Pod) {
+		t.Fatalf("the admitted pod at the bound admitted again: %s", again.Message())
+	}
+	if d := Admit(brewletPod(terms(append(many, expr(arch))...)), approvedRI("python-3.12"), two); d.Allowed() || vocab.ReasonOf(d.Denials[0]) != vocab.ReasonLimitExceeded {
+		t.Errorf("%d terms times 2 placements: %v, want LimitExceeded", len(many)+1, d.Message())
 	}
 }

@@ -4,6 +4,7 @@
 package nodepool
 
 import (
+	"regexp"
 	"slices"
 	"strings"
 
@@ -85,25 +86,63 @@ func Select(node *corev1.Node, profiles []brewletv1.NodeProfile) (owner *brewlet
 	return owner, refused
 }
 
-// Offering returns the pools whose profiles offer runtime id, as pool key -> pool names
-// (sorted, unique): what a Brewlet pod of that runtime may be placed on. Profiles being
-// deleted and those with a pool key a node could forge offer nothing, so no node's own
-// identity can widen it.
-func Offering(profiles []brewletv1.NodeProfile, id string) map[string][]string {
-	out := map[string][]string{}
+// Offering is where a Brewlet pod of runtime id may run, as node-affinity alternatives (a
+// node qualifies when it meets every requirement of one of them): one per profile offering
+// id, saying what Select says of it in the only labels no node can write about itself: the
+// node is in the profile's pool (its key In its names), in no pool of an older profile
+// (each such key NotIn its names: the older one owns the node, PoolConflict), and, unless
+// the profile includes them, not a control-plane node. A node's own identities can thus
+// widen it no more than they can move the node between pools.
+//
+// Profiles being deleted, those with a pool key a node could forge, and pool names that
+// cannot be a label value offer nothing. It is stricter than Select in one corner: a
+// control-plane node in the pools of an older profile without IncludeControlPlane and of
+// a newer one with it is left out (Select gives it to the newer).
+func Offering(profiles []brewletv1.NodeProfile, id string) [][]corev1.NodeSelectorRequirement {
+	var live []*brewletv1.NodeProfile
 	for i := range profiles {
 		p := &profiles[i]
-		if p.DeletionTimestamp != nil || !KeyTrusted(p.Spec.NodePool.Key) {
-			continue
+		if p.DeletionTimestamp == nil && KeyTrusted(p.Spec.NodePool.Key) && len(poolNames(p)) > 0 {
+			live = append(live, p)
 		}
+	}
+	slices.SortFunc(live, func(a, b *brewletv1.NodeProfile) int {
+		if Older(a, b) {
+			return -1
+		}
+		return 1
+	})
+	var out [][]corev1.NodeSelectorRequirement
+	for i, p := range live {
 		if !slices.ContainsFunc(p.Spec.RuntimeImages, func(o brewletv1.OfferedRuntime) bool { return o.ID == id }) {
 			continue
 		}
-		out[p.Spec.NodePool.Key] = append(out[p.Spec.NodePool.Key], p.Spec.NodePool.Names...)
-	}
-	for k, names := range out {
-		slices.Sort(names)
-		out[k] = slices.Compact(names)
+		alt := []corev1.NodeSelectorRequirement{{Key: p.Spec.NodePool.Key, Operator: corev1.NodeSelectorOpIn, Values: poolNames(p)}}
+		for _, q := range live[:i] {
+			if q.Spec.NodePool.Key == p.Spec.NodePool.Key && !slices.ContainsFunc(poolNames(q), func(n string) bool { return slices.Contains(poolNames(p), n) }) {
+				continue // disjoint names under one key: never the same node
+			}
+			alt = append(alt, corev1.NodeSelectorRequirement{Key: q.Spec.NodePool.Key, Operator: corev1.NodeSelectorOpNotIn, Values: poolNames(q)})
+		}
+		if !p.Spec.NodePool.IncludeControlPlane {
+			alt = append(alt, corev1.NodeSelectorRequirement{Key: ControlPlaneLabel, Operator: corev1.NodeSelectorOpDoesNotExist})
+		}
+		out = append(out, alt)
 	}
 	return out
 }
+
+// poolNames are the profile's pool names that can be a label value, sorted and unique.
+func poolNames(p *brewletv1.NodeProfile) []string {
+	var out []string
+	for _, n := range p.Spec.NodePool.Names {
+		if labelValue.MatchString(n) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// labelValue is a non-empty Kubernetes label value.
+var labelValue = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)

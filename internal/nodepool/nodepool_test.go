@@ -1,7 +1,7 @@
 package nodepool
 
 import (
-	"slices"
+	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -67,33 +67,44 @@ func TestOffering(t *testing.T) {
 		}
 		return p
 	}
-	deleting := offer(profile("gone", 1, poolKey, "old"), "python-3.12")
+	withCP := func(p brewletv1.NodeProfile) brewletv1.NodeProfile { p.Spec.NodePool.IncludeControlPlane = true; return p }
+	deleting := offer(profile("gone", 0, poolKey, "general"), "python-3.12")
 	deleting.DeletionTimestamp = &metav1.Time{}
+	const team = "node-restriction.kubernetes.io/team"
+	in := func(k string, v ...string) corev1.NodeSelectorRequirement {
+		return corev1.NodeSelectorRequirement{Key: k, Operator: corev1.NodeSelectorOpIn, Values: v}
+	}
+	notIn := func(k string, v ...string) corev1.NodeSelectorRequirement {
+		return corev1.NodeSelectorRequirement{Key: k, Operator: corev1.NodeSelectorOpNotIn, Values: v}
+	}
+	noCP := corev1.NodeSelectorRequirement{Key: ControlPlaneLabel, Operator: corev1.NodeSelectorOpDoesNotExist}
 	profiles := []brewletv1.NodeProfile{
-		offer(profile("a", 1, poolKey, "general", "batch"), "python-3.12", "node-20"),
-		offer(profile("b", 2, "node-restriction.kubernetes.io/team", "ml"), "python-3.12"),
-		offer(profile("c", 3, poolKey, "general"), "python-3.12"), // a newer overlapping profile
-		offer(profile("d", 4, poolKey, "gpu"), "ruby-3"),
-		offer(profile("forged", 5, "pool.example/name", "general"), "python-3.12"),
+		offer(profile("a", 1, poolKey, "general", "batch", "general"), "python-3.12", "node-20"),
+		offer(withCP(profile("b", 2, team, "ml")), "python-3.12"),
+		offer(profile("c", 3, poolKey, "general", "gpu"), "ruby-3"), // newer, overlapping a on general
+		offer(profile("d", 4, poolKey, "edge"), "ruby-3"),           // disjoint from every older one of its key
+		offer(profile("forged", 5, "pool.example/name", "general"), "python-3.12", "ruby-3"),
+		offer(profile("bad", 6, poolKey, "", "has space", "-lead"), "python-3.12"),
 		deleting,
 	}
 	for _, tc := range []struct {
 		id   string
-		want map[string][]string
+		want [][]corev1.NodeSelectorRequirement
 	}{
-		{"python-3.12", map[string][]string{poolKey: {"batch", "general"}, "node-restriction.kubernetes.io/team": {"ml"}}},
-		{"ruby-3", map[string][]string{poolKey: {"gpu"}}},
-		{"jre-17", map[string][]string{}},
+		{"python-3.12", [][]corev1.NodeSelectorRequirement{
+			{in(poolKey, "batch", "general"), noCP},
+			{in(team, "ml"), notIn(poolKey, "batch", "general")},
+		}},
+		// A node of pool general belongs to a (older): ruby-3 of c may go to gpu nodes only.
+		{"ruby-3", [][]corev1.NodeSelectorRequirement{
+			{in(poolKey, "general", "gpu"), notIn(poolKey, "batch", "general"), notIn(team, "ml"), noCP},
+			{in(poolKey, "edge"), notIn(team, "ml"), noCP},
+		}},
+		{"jre-17", nil},
 	} {
 		got := Offering(profiles, tc.id)
-		if len(got) != len(tc.want) {
-			t.Errorf("Offering(%s) = %v, want %v", tc.id, got, tc.want)
-			continue
-		}
-		for k, v := range tc.want {
-			if !slices.Equal(got[k], v) {
-				t.Errorf("Offering(%s)[%s] = %v, want %v", tc.id, k, got[k], v)
-			}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("Offering(%s)\n got %v\nwant %v", tc.id, got, tc.want)
 		}
 	}
 }

@@ -28,6 +28,7 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/admission"
+	"brewlet.sh/brewlet/internal/nodepool"
 	"brewlet.sh/brewlet/internal/operator"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
@@ -118,6 +119,13 @@ func appSC(p *corev1.Pod) *corev1.SecurityContext {
 // offersPoolKey is the pool key of the tests' NodeProfiles: under node-restriction.kubernetes.io/,
 // as every pool key must be.
 const offersPoolKey = vocab.NodeRestrictionPrefix + "pool"
+
+func getProfile(t *testing.T, c client.Client, name string) *brewletv1.NodeProfile {
+	t.Helper()
+	p := &brewletv1.NodeProfile{}
+	must(t, c.Get(context.Background(), client.ObjectKey{Name: name}, p))
+	return p
+}
 
 func TestPodAdmission(t *testing.T) {
 	// Scheduler and kwok nodes: admitted pods must land only on nodes offering their runtime.
@@ -239,14 +247,15 @@ func TestPodAdmission(t *testing.T) {
 		want := corev1.NodeSelectorRequirement{Key: vocab.RuntimeLabel("python-3.12"), Operator: corev1.NodeSelectorOpIn,
 			Values: []string{vocab.LabelValueReady, vocab.LabelValueAvailable}}
 		pool := corev1.NodeSelectorRequirement{Key: offersPoolKey, Operator: corev1.NodeSelectorOpIn, Values: []string{"general"}}
+		noCP := corev1.NodeSelectorRequirement{Key: nodepool.ControlPlaneLabel, Operator: corev1.NodeSelectorOpDoesNotExist}
 		terms := got.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 		if len(terms) != 2 {
 			t.Fatalf("terms %+v", terms)
 		}
 		for i, term := range terms {
 			n := len(term.MatchExpressions)
-			if n < 2 || !equality.Semantic.DeepEqual(term.MatchExpressions[n-2:], []corev1.NodeSelectorRequirement{want, pool}) {
-				t.Fatalf("term %d lacks the runtime and pool requirements: %+v", i, term)
+			if n < 3 || !equality.Semantic.DeepEqual(term.MatchExpressions[n-3:], []corev1.NodeSelectorRequirement{want, pool, noCP}) {
+				t.Fatalf("term %d lacks the runtime and placement requirements: %+v", i, term)
 			}
 		}
 		if w := warn.take(); len(w) != 0 {
@@ -378,7 +387,7 @@ func TestPodAdmission(t *testing.T) {
 				p.Annotations[vocab.AnnotationRotatedToGeneration] = brewletv1.RotationBarrier{ID: live.Name, Epoch: live.UID, Generation: live.Status.Generation}.String()
 				p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}} // the fake nodes' startup taints
 			})
-			d := admission.Admit(pod, ri, map[string][]string{offersPoolKey: {"general"}})
+			d := admission.Admit(pod, ri, nodepool.Offering([]brewletv1.NodeProfile{*getProfile(t, c, "general")}, "python-3.12"))
 			if !d.Allowed() {
 				t.Fatal(d.Message())
 			}

@@ -31,9 +31,14 @@ func TestPoolKeysNoNodeCanSet(t *testing.T) {
 	}
 	const refused = "nodePool.key must be a label key under node-restriction.kubernetes.io/"
 	for i, key := range []string{"pool.example/name", "pool", "node.kubernetes.io/instance-type", "node-restriction.kubernetes.io/",
-		vocab.LabelRuntime, vocab.RuntimeLabel("python-3.12"), vocab.LabelHostChanges, "node-restriction.kubernetes.io/brewlet-pool"} {
+		vocab.LabelRuntime, vocab.RuntimeLabel("python-3.12"), vocab.LabelHostChanges, "node-restriction.kubernetes.io/brewlet-pool",
+		// Not a label key at all: pod admission would write it into every pod of the runtime.
+		"node-restriction.kubernetes.io/a/b", "node-restriction.kubernetes.io/" + strings.Repeat("p", 64)} {
 		expectDenied(t, c.Create(ctx, profile(fmt.Sprintf("forgeable-%d", i), key)), refused)
 	}
+	badName := profile("bad-name", offersPoolKey)
+	badName.Spec.NodePool.Names = []string{"general", "not a label value"}
+	expectDenied(t, c.Create(ctx, badName), "spec.nodePool.names[1]")
 	must(t, c.Create(ctx, profile("restricted", offersPoolKey)))
 
 	// An older release's CRD had no rule: a profile stored then keeps its key.
