@@ -67,7 +67,10 @@ func TestOffering(t *testing.T) {
 		}
 		return p
 	}
-	withCP := func(p brewletv1.NodeProfile) brewletv1.NodeProfile { p.Spec.NodePool.IncludeControlPlane = true; return p }
+	withCP := func(p brewletv1.NodeProfile) brewletv1.NodeProfile {
+		p.Spec.NodePool.IncludeControlPlane = true
+		return p
+	}
 	deleting := offer(profile("gone", 0, poolKey, "general"), "python-3.12")
 	deleting.DeletionTimestamp = &metav1.Time{}
 	const team = "node-restriction.kubernetes.io/team"
