@@ -28,6 +28,7 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/admission"
+	"brewlet.sh/brewlet/internal/metricsauth"
 	"brewlet.sh/brewlet/internal/operator/nodeprofile"
 	"brewlet.sh/brewlet/internal/operator/restarts"
 	"brewlet.sh/brewlet/internal/operator/retirement"
@@ -41,7 +42,8 @@ const DefaultLeaderElectionID = "brewlet-operator"
 
 // Options configure the manager. Zero values are production defaults where one exists.
 type Options struct {
-	// MetricsAddress serves Prometheus /metrics ("0" turns it off).
+	// MetricsAddress serves Prometheus /metrics over HTTPS, to callers the API server
+	// authenticates and authorizes for get /metrics ("0" turns it off).
 	MetricsAddress string
 	// ProbeAddress serves /healthz and /readyz ("" or "0" turns them off).
 	ProbeAddress string
@@ -124,9 +126,11 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (manager.Manager, err
 		return nil, err
 	}
 	mo := manager.Options{
-		Scheme:                  s,
-		Logger:                  o.Logger,
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddress},
+		Scheme: s,
+		Logger: o.Logger,
+		// Behind TokenReview and SubjectAccessReview (get /metrics), over TLS with a
+		// self-signed certificate: metrics name every node and workload (internal/metricsauth).
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddress, SecureServing: true, FilterProvider: metricsauth.Filter},
 		HealthProbeBindAddress:  o.ProbeAddress,
 		PprofBindAddress:        o.PprofAddress,
 		LeaderElection:          o.LeaderElection,

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"runtime"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +26,7 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/hoststate"
+	"brewlet.sh/brewlet/internal/metricsauth"
 	"brewlet.sh/brewlet/internal/provisioner/agent"
 	"brewlet.sh/brewlet/internal/provisioner/clusterview"
 	"brewlet.sh/brewlet/internal/provisioner/containerd"
@@ -156,9 +159,12 @@ func Main(ctx context.Context, o Options) error {
 		reg := prometheus.NewRegistry()
 		a.Metrics = metrics.NewMetrics(layout, reg)
 		reg.MustRegister(view.Collectors()...)
-		srv := &http.Server{Addr: o.MetricsAddress, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		srv, err := metricsauth.Server(cfg, o.MetricsAddress, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), logr.FromSlogHandler(slog.Default().Handler()))
+		if err != nil {
+			return err
+		}
 		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.ListenAndServeTLS("", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Printf("metrics: %v", err)
 			}
 		}()

@@ -70,7 +70,8 @@ func TestChartOnAPIServer(t *testing.T) {
 		}
 		return string(out)
 	}
-	helm("install", "brewlet", chartDir(t), "--namespace", chartNS, "--set-json", "provisioner.pools="+chartPool)
+	// Metrics on: the operator process below serves them to the scraper's token only.
+	helm("install", "brewlet", chartDir(t), "--namespace", chartNS, "--set-json", "provisioner.pools="+chartPool, "--set", "metrics.enabled=true")
 
 	// The nodes and NodeRuntime n2 it creates are the ones the operator then decides for.
 	chartAgentUnderRBAC(t, cp)

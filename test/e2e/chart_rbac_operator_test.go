@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
@@ -139,7 +138,7 @@ func chartOperatorUnderRBAC(t *testing.T, cp *framework.ControlPlane) {
 	if problem, err := admissionSecretProblem(ctx, c, nil); err != nil || problem != "" {
 		t.Errorf("the webhook certificate Secret written under the chart's RBAC: %s %v", problem, err)
 	}
-	if err := framework.HTTPOK(ctx, http.DefaultClient, "http://"+op.MetricsAddr+"/metrics"); err != nil {
+	if _, err := scrapeMetrics(t, cp, op.MetricsAddr); err != nil {
 		t.Errorf("operator metrics: %v", err)
 	}
 	// The finalizer is released on deletion (update of the object, a fresh list of

@@ -190,6 +190,18 @@ func chartTemplateMetrics(t *testing.T) {
 	oc, pc := dep.Spec.Template.Spec.Containers[0], ds.Spec.Template.Spec.Containers[0]
 	chartWantArg(t, oc, "--metrics-address", ":8080")
 	chartWantArg(t, pc, "--metrics-address", ":9464")
+	// Both check their scrapers with the API server; scrapers are bound to the reader role.
+	for _, name := range []string{"brewlet-operator", "brewlet-provisioner"} {
+		role := &rbacv1.ClusterRole{}
+		rc.decode(t, "ClusterRole", name, role)
+		chartWantVerbs(t, name, role.Rules, "authentication.k8s.io", "tokenreviews", "create")
+		chartWantVerbs(t, name, role.Rules, "authorization.k8s.io", "subjectaccessreviews", "create")
+	}
+	reader := &rbacv1.ClusterRole{}
+	rc.decode(t, "ClusterRole", "brewlet-metrics-reader", reader)
+	if len(reader.Rules) != 1 || !slices.Equal(reader.Rules[0].NonResourceURLs, []string{"/metrics"}) || !slices.Equal(reader.Rules[0].Verbs, []string{"get"}) {
+		t.Errorf("brewlet-metrics-reader rules %+v, want get /metrics only", reader.Rules)
+	}
 	for _, s := range []struct {
 		name     string
 		port     int32

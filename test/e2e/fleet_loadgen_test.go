@@ -385,7 +385,7 @@ func (b *fleetBench) snapshot() fleetSnap {
 	if resp.StatusCode != http.StatusOK {
 		b.t.Fatalf("API server /metrics: %s", resp.Status)
 	}
-	opBody, err := httpGet("http://" + b.op.metrics + "/metrics")
+	opBody, err := scrapeMetrics(b.t, b.cp, b.op.metrics)
 	must(b.t, err)
 	return fleetSnap{at: time.Now(), api: scrape(b.t, string(body), "apiserver_request_total"),
 		op: scrape(b.t, opBody, "controller_runtime_reconcile_total",

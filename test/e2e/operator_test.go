@@ -224,17 +224,25 @@ func TestOperatorRuntimeImage(t *testing.T) {
 			ri := getRI(t, c, "node-22")
 			return caughtUp(ri) && ri.Status.Generation == 1, fmt.Sprintf("%+v", ri.Status)
 		})
-		for _, u := range []string{"http://" + op.probe + "/healthz", "http://" + op.probe + "/readyz", "http://" + op.metrics + "/metrics"} {
+		for _, u := range []string{"http://" + op.probe + "/healthz", "http://" + op.probe + "/readyz"} {
 			eventually(t, 30*time.Second, u, func() (bool, string) {
-				body, err := httpGet(u)
-				if err != nil {
-					return false, err.Error()
-				}
-				if strings.HasSuffix(u, "/metrics") {
-					return strings.Contains(body, `brewlet_operator_runtime_image_generation{id="node-22"} 1`), "no generation gauge for node-22"
-				}
-				return true, ""
+				_, err := httpGet(u)
+				return err == nil, fmt.Sprint(err)
 			})
+		}
+		// Metrics over HTTPS, to the scraper's token only (TestMetricsNeedATokenWithTheRight
+		// has the refusals; here the operator's own wiring under the chart's RBAC).
+		eventually(t, 30*time.Second, "the generation gauge", func() (bool, string) {
+			body, err := scrapeMetrics(t, cp, op.metrics)
+			if err != nil {
+				return false, err.Error()
+			}
+			return strings.Contains(body, `brewlet_operator_runtime_image_generation{id="node-22"} 1`), "no generation gauge for node-22"
+		})
+		for _, token := range []string{"", saToken(t, cp, "default", "not-a-scraper", false)} {
+			if body, code, err := getMetrics(op.metrics, token); err != nil || code == http.StatusOK || strings.Contains(body, "brewlet_operator") {
+				t.Errorf("operator metrics without the scraper's right: %d %v", code, err)
+			}
 		}
 		lease := &coordinationv1.Lease{}
 		if err := c.Get(ctx, types.NamespacedName{Namespace: chartNS, Name: operator.DefaultLeaderElectionID}, lease); err != nil {

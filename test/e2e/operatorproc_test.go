@@ -73,7 +73,9 @@ func operatorToken(t *testing.T, cp *framework.ControlPlane, chartArgs ...string
 	// Its RBAC, and the admission policy that confines its workload patches (restarts).
 	rbac := map[string]bool{"ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true,
 		"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
-	for _, o := range chartMustRender(t, chartNS, append([]string{"--set", "provisioner.enabled=false"}, chartArgs...)...) {
+	// With metrics on: the operator always serves them here, and checks its scrapers'
+	// tokens with the API server (TokenReview, SubjectAccessReview).
+	for _, o := range chartMustRender(t, chartNS, append([]string{"--set", "provisioner.enabled=false", "--set", "metrics.enabled=true"}, chartArgs...)...) {
 		if !rbac[o.Kind] || !strings.HasPrefix(o.Name, "brewlet-operator") {
 			continue
 		}

@@ -74,9 +74,9 @@ func admissionOperator(t *testing.T, cp *framework.ControlPlane) (port int, metr
 }
 
 // admissionRequests is the operator's count of admission requests it judged.
-func admissionRequests(t *testing.T, metricsAddr string) int {
+func admissionRequests(t *testing.T, cp *framework.ControlPlane, metricsAddr string) int {
 	t.Helper()
-	body, err := httpGet("http://" + metricsAddr + "/metrics")
+	body, err := scrapeMetrics(t, cp, metricsAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +410,7 @@ func TestPodAdmission(t *testing.T) {
 		if err := c.Create(ctx, other); err != nil {
 			t.Fatal(err)
 		}
-		before := admissionRequests(t, metricsAddr)
+		before := admissionRequests(t, cp, metricsAddr)
 		for i, rc := range []*string{nil, ptr.To("runc")} {
 			pod := admissionPod(fmt.Sprintf("plain-%d", i), "", func(p *corev1.Pod) {
 				p.Spec.RuntimeClassName = rc
@@ -427,12 +427,12 @@ func TestPodAdmission(t *testing.T) {
 				t.Fatalf("pod of runtimeClass %v was mutated: %+v", rc, got.Spec)
 			}
 		}
-		if after := admissionRequests(t, metricsAddr); after != before {
+		if after := admissionRequests(t, cp, metricsAddr); after != before {
 			t.Fatalf("the webhook judged %d requests for pods of other RuntimeClasses", after-before)
 		}
 		// A Brewlet pod moves the same counter: the check above can see requests.
 		_ = wc.Create(ctx, admissionPod("counted", ""))
-		if after := admissionRequests(t, metricsAddr); after != before+1 {
+		if after := admissionRequests(t, cp, metricsAddr); after != before+1 {
 			t.Fatalf("counter %d -> %d for one Brewlet pod", before, after)
 		}
 	})

@@ -362,7 +362,7 @@ func TestRotationRestarts(t *testing.T) {
 		return len(got.Status.TaskObservations) > 0, fmt.Sprintf("%+v", got.Status.TaskObservations)
 	})
 	eventually(t, 30*time.Second, "restart metrics", func() (bool, string) {
-		body, err := httpGet("http://" + w.op.metrics + "/metrics")
+		body, err := scrapeMetrics(t, w.cp, w.op.metrics)
 		if err != nil {
 			return false, err.Error()
 		}
