@@ -128,7 +128,8 @@ func (h *Handler) offering(ctx context.Context, ri *brewletv1.RuntimeImage) ([][
 		return nil, nil
 	}
 	var profiles brewletv1.NodeProfileList
-	if err := h.Cache.List(ctx, &profiles); err != nil {
+	// Offering only reads the profiles (and copies what it keeps): no deep copy per pod.
+	if err := h.Cache.List(ctx, &profiles, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	placements := nodepool.Offering(profiles.Items, ri.Name)

@@ -99,32 +99,40 @@ func Select(node *corev1.Node, profiles []brewletv1.NodeProfile) (owner *brewlet
 // control-plane node in the pools of an older profile without IncludeControlPlane and of
 // a newer one with it is left out (Select gives it to the newer).
 func Offering(profiles []brewletv1.NodeProfile, id string) [][]corev1.NodeSelectorRequirement {
-	var live []*brewletv1.NodeProfile
+	type pool struct {
+		p     *brewletv1.NodeProfile
+		names []string
+	}
+	var live []pool
 	for i := range profiles {
 		p := &profiles[i]
-		if p.DeletionTimestamp == nil && KeyTrusted(p.Spec.NodePool.Key) && len(poolNames(p)) > 0 {
-			live = append(live, p)
+		if p.DeletionTimestamp != nil || !KeyTrusted(p.Spec.NodePool.Key) {
+			continue
+		}
+		if names := poolNames(p); len(names) > 0 {
+			live = append(live, pool{p, names})
 		}
 	}
-	slices.SortFunc(live, func(a, b *brewletv1.NodeProfile) int {
-		if Older(a, b) {
+	slices.SortFunc(live, func(a, b pool) int {
+		if Older(a.p, b.p) {
 			return -1
 		}
 		return 1
 	})
 	var out [][]corev1.NodeSelectorRequirement
-	for i, p := range live {
-		if !slices.ContainsFunc(p.Spec.RuntimeImages, func(o brewletv1.OfferedRuntime) bool { return o.ID == id }) {
+	for i, o := range live {
+		if !slices.ContainsFunc(o.p.Spec.RuntimeImages, func(r brewletv1.OfferedRuntime) bool { return r.ID == id }) {
 			continue
 		}
-		alt := []corev1.NodeSelectorRequirement{{Key: p.Spec.NodePool.Key, Operator: corev1.NodeSelectorOpIn, Values: poolNames(p)}}
+		key := o.p.Spec.NodePool.Key
+		alt := []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: o.names}}
 		for _, q := range live[:i] {
-			if q.Spec.NodePool.Key == p.Spec.NodePool.Key && !slices.ContainsFunc(poolNames(q), func(n string) bool { return slices.Contains(poolNames(p), n) }) {
+			if q.p.Spec.NodePool.Key == key && !slices.ContainsFunc(q.names, func(n string) bool { return slices.Contains(o.names, n) }) {
 				continue // disjoint names under one key: never the same node
 			}
-			alt = append(alt, corev1.NodeSelectorRequirement{Key: q.Spec.NodePool.Key, Operator: corev1.NodeSelectorOpNotIn, Values: poolNames(q)})
+			alt = append(alt, corev1.NodeSelectorRequirement{Key: q.p.Spec.NodePool.Key, Operator: corev1.NodeSelectorOpNotIn, Values: q.names})
 		}
-		if !p.Spec.NodePool.IncludeControlPlane {
+		if !o.p.Spec.NodePool.IncludeControlPlane {
 			alt = append(alt, corev1.NodeSelectorRequirement{Key: ControlPlaneLabel, Operator: corev1.NodeSelectorOpDoesNotExist})
 		}
 		out = append(out, alt)

@@ -210,6 +210,18 @@ func nodeBoundClient(t *testing.T, cp *framework.ControlPlane, ns, sa, node stri
 // nil (as the kubelet mounts it), unbound otherwise.
 func saClient(t *testing.T, admin *rest.Config, ns, sa string, pod *corev1.Pod) client.Client {
 	t.Helper()
+	user := rest.AnonymousClientConfig(admin)
+	user.BearerToken = tokenOf(t, admin, ns, sa, pod)
+	c, err := client.New(user, client.Options{Scheme: framework.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// tokenOf is a token of service account ns/sa, bound to pod when it is not nil.
+func tokenOf(t *testing.T, admin *rest.Config, ns, sa string, pod *corev1.Pod) string {
+	t.Helper()
 	cs, err := kubernetes.NewForConfig(admin)
 	if err != nil {
 		t.Fatal(err)
@@ -222,13 +234,7 @@ func saClient(t *testing.T, admin *rest.Config, ns, sa string, pod *corev1.Pod) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	user := rest.AnonymousClientConfig(admin)
-	user.BearerToken = tr.Status.Token
-	c, err := client.New(user, client.Options{Scheme: framework.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return tr.Status.Token
 }
 
 // waitNodeScopeDenies waits until the node-scope policy, which takes effect asynchronously,

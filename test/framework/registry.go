@@ -23,7 +23,7 @@ import (
 )
 
 // A node's loopback OCI registry (on the machine's end of its link with OwnNetwork),
-// standalone registries for tests, and containerd's plain-HTTP hosts configuration.
+// standalone registries for tests, and containerd's hosts configuration for them.
 
 func (n *Node) startRegistry(t TB) error {
 	host := "127.0.0.1"
@@ -38,11 +38,8 @@ func (n *Node) startRegistry(t TB) error {
 		}
 		n.bridgeUp, host = true, n.Gateway()
 	}
-	// A password of this node's own: nothing else reaches the registry by guessing.
-	a := &RegistryAccess{User: "brewlet-e2e", Password: "pw-" + n.ID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
-	r := startRegistryAt(t, n.Instance, host, RegistryOptions{User: a.User, Password: a.Password, processCA: true, dockerConfig: true})
-	a.Addr, a.CAFile, a.transport = r.Addr, r.CAFile, r.Transport()
-	n.Registry, n.RegistryProc, n.RegistryAccess = r.Addr, r.Proc, a
+	r := startRegistryAt(t, n.Instance, host, RegistryOptions{processCA: true, dockerConfig: true})
+	n.Registry, n.RegistryProc, n.RegistryAccess = r.Addr, r.Proc, r.access
 	return nil
 }
 
@@ -68,11 +65,8 @@ func NewRegistryAccess(addr, caFile, user, password string) *RegistryAccess {
 }
 
 // Options are registry client options for pushes from the test process: the registry's CA
-// trusted, its credentials given. Nil access (a plain-HTTP node registry): none.
+// trusted, its credentials given.
 func (a *RegistryAccess) Options() []remote.Option {
-	if a == nil {
-		return nil
-	}
 	// A keychain, not an authenticator: it replaces the Docker config's keychain callers
 	// such as registry.Options set first (the client refuses both kinds at once).
 	return []remote.Option{remote.WithTransport(a.transport), remote.WithAuthFromKeychain(a)}
@@ -118,7 +112,7 @@ type RegistryOptions struct {
 	TLS  bool
 	Leaf func(ca *testca.CA) (testca.Leaf, error)
 
-	processCA    bool // TLS with the process's registry authority (registrytrust.go)
+	processCA    bool // TLS with the process's registry authority (registrytrust.go); no User: one made up
 	dockerConfig bool // the credentials go into the process's Docker config
 }
 
@@ -127,9 +121,7 @@ type RegistryOptions struct {
 // (registrytrust.go).
 func StartRegistry(t TB) *Registry {
 	t.Helper()
-	in := NewInstance(t, "r")
-	return startRegistryAt(t, in, "127.0.0.1", RegistryOptions{User: "brewlet-e2e", Password: "pw-" + in.ID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36),
-		processCA: true, dockerConfig: true})
+	return startRegistryAt(t, NewInstance(t, "r"), "127.0.0.1", RegistryOptions{processCA: true, dockerConfig: true})
 }
 
 // StartRegistryWith starts a registry as StartRegistry does, with the credentials given and
@@ -150,6 +142,10 @@ func startRegistryAt(t TB, in *Instance, host string, o RegistryOptions) *Regist
 	t.Helper()
 	Tool(t, "registry")
 	r := &Registry{Instance: in}
+	if o.processCA && o.User == "" {
+		// A password of the registry's own: nothing else reaches it by guessing.
+		o.User, o.Password = "brewlet-e2e", "pw-"+in.ID+"-"+strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
 	extra := ""
 	if o.User != "" {
 		hash, err := bcrypt.GenerateFromPassword([]byte(o.Password), bcrypt.MinCost)
@@ -302,7 +298,7 @@ func startRegistryIn(t TB, in *Instance, host, auth string, tlsCfg *registryTLS)
 }
 
 // TrustRegistry lets the node pull from another node's registry, as the nodes of a cluster
-// share one registry: plain HTTP, or TLS with its CA when access is set.
+// share one registry: TLS with its CA.
 func (n *Node) TrustRegistry(addr string, access *RegistryAccess) error {
 	return writeHosts(n.Dir, addr, access)
 }
@@ -310,23 +306,20 @@ func (n *Node) TrustRegistry(addr string, access *RegistryAccess) error {
 func (n *Node) writeRegistryHosts() error { return writeHosts(n.Dir, n.Registry, n.RegistryAccess) }
 
 // writeHosts writes containerd's hosts.toml for a registry below a node's certs.d (read at
-// each pull: no restart needed): plain HTTP, or, with access, TLS with the registry's CA
-// copied beside it (credentials come from the pull: the kubelet's credential provider).
+// each pull: no restart needed): TLS with the registry's CA copied beside it (credentials
+// come with the pull: the kubelet's credential provider, Node.Pull).
 func writeHosts(nodeDir, registry string, access *RegistryAccess) error {
 	dir := filepath.Join(nodeDir, "certs.d", registry)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	body := fmt.Sprintf("server = \"http://%s\"\n\n[host.\"http://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", registry, registry)
-	if access != nil {
-		ca, err := os.ReadFile(access.CAFile)
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o644); err != nil {
-			return err
-		}
-		body = fmt.Sprintf("server = \"https://%s\"\n\n[host.\"https://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"ca.crt\"\n", registry, registry)
+	ca, err := os.ReadFile(access.CAFile)
+	if err != nil {
+		return err
 	}
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o644); err != nil {
+		return err
+	}
+	body := fmt.Sprintf("server = \"https://%s\"\n\n[host.\"https://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"ca.crt\"\n", registry, registry)
 	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(body), 0o644)
 }

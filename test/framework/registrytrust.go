@@ -38,9 +38,13 @@ type processRegistries struct {
 	trust     *registry.Trust
 	transport http.RoundTripper
 
-	mu     sync.Mutex
-	creds  map[string]authn.Basic // host:port → the registry's credentials
-	docker map[string]authn.Basic // those in the Docker config
+	mu    sync.Mutex
+	creds map[string]registryCreds // host:port → the registry's credentials
+}
+
+type registryCreds struct {
+	authn.Basic
+	docker bool // listed in the Docker config
 }
 
 var procRegistries processRegistries
@@ -68,7 +72,7 @@ func processTrust() (*processRegistries, error) {
 			return
 		}
 		p.transport = registry.RequireTLS(&http.Transport{TLSClientConfig: p.trust.TLSConfig(), Proxy: http.ProxyFromEnvironment}, false)
-		p.creds, p.docker = map[string]authn.Basic{}, map[string]authn.Basic{}
+		p.creds = map[string]registryCreds{}
 		p.err = p.writeDockerConfig()
 	})
 	return p, p.err
@@ -98,20 +102,19 @@ func useProcessDockerConfig() error {
 func (p *processRegistries) add(addr, user, password string, docker bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.creds[addr] = authn.Basic{Username: user, Password: password}
+	p.creds[addr] = registryCreds{Basic: authn.Basic{Username: user, Password: password}, docker: docker}
 	if !docker {
 		return nil
 	}
-	p.docker[addr] = authn.Basic{Username: user, Password: password}
 	return p.writeDockerConfig()
 }
 
 func (p *processRegistries) remove(addr string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	c := p.creds[addr]
 	delete(p.creds, addr)
-	if _, ok := p.docker[addr]; ok {
-		delete(p.docker, addr)
+	if c.docker {
 		_ = p.writeDockerConfig()
 	}
 }
@@ -122,7 +125,10 @@ func (p *processRegistries) writeDockerConfig() error {
 		Auth string `json:"auth"`
 	}
 	auths := map[string]entry{}
-	for addr, c := range p.docker {
+	for addr, c := range p.creds {
+		if !c.docker {
+			continue
+		}
 		auths[addr] = entry{Auth: base64.StdEncoding.EncodeToString([]byte(c.Username + ":" + c.Password))}
 	}
 	b, err := json.Marshal(map[string]any{"auths": auths})
@@ -178,13 +184,6 @@ func RegistryTrust(t TB) *registry.Trust {
 func RegistryCAFile(t TB) string {
 	t.Helper()
 	return mustProcessTrust(t).caFile
-}
-
-// DockerConfigDir is the process's Docker config directory (DOCKER_CONFIG): every default
-// registry's credentials.
-func DockerConfigDir(t TB) string {
-	t.Helper()
-	return mustProcessTrust(t).dockerDir
 }
 
 // RegistryServerTLS is a server configuration with a certificate for host from the process's
