@@ -37,26 +37,37 @@ func Of(rc *nodev1.RuntimeClass) string {
 		"resume with: kubectl annotate runtimeclass %s %s-", vocab.RuntimeClassName, vocab.AnnotationRotationsPaused, v, vocab.RuntimeClassName, vocab.AnnotationRotationsPaused)
 }
 
-// Read returns the fleet pause through c (the manager's cache); a missing RuntimeClass is
-// no pause (the operator recreates it).
+// Missing is the fleet pause while RuntimeClass brewlet does not exist: the object that
+// carries the pause is gone, so whether rotations may go is unknown until brewlet-operator
+// has recreated it (with the pause it last saw there), and they are held meanwhile.
+var Missing = fmt.Sprintf("RuntimeClass %s, which carries the pause of every rotation (%s), does not exist: every rotation is held until brewlet-operator recreates it (the NodeProfile controller does at its next pass; check the operator is running)",
+	vocab.RuntimeClassName, vocab.AnnotationRotationsPaused)
+
+// Read returns the fleet pause through c (the manager's cache); a missing RuntimeClass holds
+// every rotation (Missing) rather than letting them go: a pause someone set must not vanish
+// with the object.
 func Read(ctx context.Context, c client.Reader) (string, error) {
 	rc := &nodev1.RuntimeClass{}
 	if err := c.Get(ctx, client.ObjectKey{Name: vocab.RuntimeClassName}, rc); err != nil {
 		if apierrors.IsNotFound(err) {
-			return "", nil
+			return Missing, nil
 		}
 		return "", fmt.Errorf("read the fleet pause on RuntimeClass %s: %w", vocab.RuntimeClassName, err)
 	}
 	return Of(rc), nil
 }
 
-// Changes passes the RuntimeClass events that set, change or lift the fleet pause.
+// Changes passes the RuntimeClass events that set, change or lift the fleet pause: every
+// creation and deletion of RuntimeClass brewlet (a missing one holds rotations), and updates
+// that change its pause.
 var Changes = predicate.Funcs{
-	CreateFunc:  func(e event.CreateEvent) bool { return Of(asRC(e.Object)) != "" },
-	DeleteFunc:  func(e event.DeleteEvent) bool { return Of(asRC(e.Object)) != "" },
+	CreateFunc:  func(e event.CreateEvent) bool { return isBrewlet(e.Object) },
+	DeleteFunc:  func(e event.DeleteEvent) bool { return isBrewlet(e.Object) },
 	UpdateFunc:  func(e event.UpdateEvent) bool { return Of(asRC(e.ObjectOld)) != Of(asRC(e.ObjectNew)) },
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }
+
+func isBrewlet(o client.Object) bool { return o != nil && o.GetName() == vocab.RuntimeClassName }
 
 func asRC(o client.Object) *nodev1.RuntimeClass {
 	rc, _ := o.(*nodev1.RuntimeClass)
