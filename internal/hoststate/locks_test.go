@@ -246,3 +246,50 @@ func TestReadPrivateFile(t *testing.T) {
 		})
 	}
 }
+
+// TakeSlot lets n holders at once, refuses the next with LimitExceeded at its bound (or
+// its context's end), and a released slot is taken again at once.
+func TestTakeSlot(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "slots")
+	var held []func()
+	for i := range 3 {
+		release, err := TakeSlot(context.Background(), dir, 3, 0, "testing")
+		if err != nil {
+			t.Fatalf("slot %d: %v", i, err)
+		}
+		held = append(held, release)
+	}
+	_, err := TakeSlot(context.Background(), dir, 3, 150*time.Millisecond, "testing")
+	if vocab.ReasonOf(err) != vocab.ReasonLimitExceeded || !errors.Is(err, ErrSlotsBusy) || !strings.Contains(err.Error(), "testing") || !strings.Contains(err.Error(), "all 3") {
+		t.Fatalf("a fourth holder: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := TakeSlot(ctx, dir, 3, time.Hour, "testing"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a waiter whose context ends: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		release, err := TakeSlot(context.Background(), dir, 3, 10*time.Second, "testing")
+		if err == nil {
+			release()
+		}
+		done <- err
+	}()
+	held[1]()
+	if err := <-done; err != nil {
+		t.Fatalf("a waiter after a release: %v", err)
+	}
+	if _, err := TakeSlot(context.Background(), dir, 0, 0, "testing"); err == nil {
+		t.Fatal("zero slots were accepted")
+	}
+	// A planted symlink under a slot's name is refused, as for every Brewlet lock.
+	other := filepath.Join(t.TempDir(), "slots")
+	must(t, os.MkdirAll(other, 0o700))
+	must(t, os.Symlink("/etc/passwd", filepath.Join(other, "slot-0.lock")))
+	if _, err := TakeSlot(context.Background(), other, 2, 0, "testing"); err == nil {
+		t.Fatal("a symlinked slot was opened")
+	}
+	held[0]()
+	held[2]()
+}

@@ -32,6 +32,7 @@ import (
 	"brewlet.sh/brewlet/internal/operator/nodeprofile"
 	"brewlet.sh/brewlet/internal/operator/restarts"
 	"brewlet.sh/brewlet/internal/operator/retirement"
+	"brewlet.sh/brewlet/internal/operator/runtimeclass"
 	"brewlet.sh/brewlet/internal/operator/runtimeimage"
 	"brewlet.sh/brewlet/internal/registry"
 	"brewlet.sh/brewlet/internal/signature"
@@ -207,6 +208,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (manager.Manager, err
 	}
 	if err := nodeprofile.Setup(ctx, mgr, o.SkipNameValidation, beats, agentNS); err != nil {
 		return nil, fmt.Errorf("NodeProfile controller: %w", err)
+	}
+	if err := runtimeclass.Setup(mgr, o.SkipNameValidation); err != nil {
+		return nil, fmt.Errorf("RuntimeClass controller: %w", err)
 	}
 	if err := retirement.Setup(mgr, o.SkipNameValidation); err != nil {
 		return nil, fmt.Errorf("NodeRetirementEvidence controller: %w", err)

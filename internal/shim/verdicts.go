@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -31,9 +32,12 @@ const (
 	maxVerdicts = 4096
 	// maxVerdictFile bounds a verdict file read back (a refusal message is under 1 KiB).
 	maxVerdictFile = 64 << 10
+	// appSlotWait bounds how long a shim waits for one of the node's validation slots
+	// (validationSlots) while other layer sets are being validated.
+	appSlotWait = 30 * time.Second
 	// validationLockWait bounds how long a shim waits for another shim validating the same
-	// layer set: a little more than that validation may take.
-	validationLockWait = appValidationTimeout + 5*time.Second
+	// layer set: a little more than that validation may take, slot wait included.
+	validationLockWait = appSlotWait + appValidationTimeout + 5*time.Second
 	// firstDeadlineBackoff is how long a layer set that ran out of validation time is
 	// refused without being validated again; each further timeout doubles it, up to
 	// maxDeadlineBackoff. Without it every replica's create spends the whole deadline.
@@ -43,12 +47,22 @@ const (
 	lockSuffix = ".lock"
 )
 
-// validateLayers and validationTimeout are variables for the tests, which count
-// validations and make them time out.
+// validateLayers, validationTimeout, slotWait and validationSlots are variables for the
+// tests, which count validations, make them time out and bound them.
 var (
 	validateLayers    = artifact.ValidateDirLayers
 	validationTimeout = appValidationTimeout
+	slotWait          = appSlotWait
+	// validationSlots bounds how many distinct layer sets the node's shims validate at once
+	// (each walks and reads a whole application; the same set is validated once anyway):
+	// a burst of pods with distinct images, or one tenant's many, queue for a slot rather
+	// than taking every core and disk of the node. Half the cores, at least 2, at most 8.
+	validationSlots = min(max(runtime.NumCPU()/2, 2), 8)
 )
+
+// slotsDir holds the validation slots beside the verdict cache dir (not inside it: its
+// pruning removes lock files it does not know).
+func slotsDir(dir string) string { return filepath.Join(filepath.Dir(dir), "validation-slots") }
 
 // verdict is the remembered outcome of validating one layer set. A refusal for running out
 // of time holds until RetryAt: Timeouts counts them, for the backoff.
@@ -130,7 +144,8 @@ func dirIdentity(dir string) (string, error) {
 
 // cachedValidation validates a layer set, or answers from the verdict cache in dir. One
 // shim at a time validates a layer set on a node (its lock beside the verdict); the others
-// wait and read its verdict, so twenty replicas starting at once cost one validation.
+// wait and read its verdict, so twenty replicas starting at once cost one validation. At
+// most validationSlots distinct sets are validated at once on the node.
 func cachedValidation(ctx context.Context, dir string, layers []string, lim artifact.Limits) error {
 	key, err := layerSetKey(layers, lim)
 	if err != nil {
@@ -149,6 +164,13 @@ func cachedValidation(ctx context.Context, dir string, layers []string, lim arti
 	if v, ok := answer(file); ok {
 		return v.err()
 	}
+	// Only now, with a validation certain, is a slot taken: cached answers and shims waiting
+	// for the same set hold none.
+	freeSlot, err := hoststate.TakeSlot(ctx, slotsDir(dir), validationSlots, slotWait, "validating an application's layers")
+	if err != nil {
+		return err
+	}
+	defer freeSlot()
 	vctx, cancel := context.WithTimeout(ctx, validationTimeout)
 	defer cancel()
 	err = validateLayers(vctx, layers, nil, lim)

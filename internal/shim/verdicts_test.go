@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -339,5 +340,76 @@ func TestPlantedVerdictIsNotRead(t *testing.T) {
 	}
 	if _, ok := readVerdict(file); ok {
 		t.Fatal("a verdict in a directory others can write answered")
+	}
+}
+
+// Distinct layer sets arriving at once are validated at most validationSlots at a time on
+// the node; every one is still validated. With every slot held for longer than a shim
+// waits, the create is refused LimitExceeded and nothing is remembered: the next try
+// validates.
+func TestValidationsOfDistinctSetsAreBounded(t *testing.T) {
+	base := t.TempDir()
+	cache := filepath.Join(base, "verdicts")
+	var running, most, calls atomic.Int32
+	validateLayers = func(ctx context.Context, dirs, names []string, lim artifact.Limits) error {
+		calls.Add(1)
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(100 * time.Millisecond)
+		return artifact.ValidateDirLayers(ctx, dirs, names, lim)
+	}
+	validationSlots = 2
+	t.Cleanup(func() {
+		validateLayers, validationSlots, slotWait = artifact.ValidateDirLayers, min(max(runtime.NumCPU()/2, 2), 8), appSlotWait
+	})
+	layers := make([]string, 8)
+	for i := range layers {
+		layers[i] = appLayer(t, base, fmt.Sprintf("app-%d", i), 0o644)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(layers))
+	for i := range layers {
+		wg.Go(func() {
+			errs[i] = cachedValidation(context.Background(), cache, []string{layers[i]}, artifact.DefaultLimits())
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("create %d: %v", i, err)
+		}
+	}
+	if calls.Load() != int32(len(layers)) || most.Load() > 2 || most.Load() < 1 {
+		t.Fatalf("%d validations, at most %d at once; want %d, at most 2", calls.Load(), most.Load(), len(layers))
+	}
+
+	// Every slot held elsewhere (another shim's long validation) past the wait.
+	slotWait = 200 * time.Millisecond
+	var held []func()
+	for range validationSlots {
+		release, err := hoststate.TakeSlot(context.Background(), slotsDir(cache), validationSlots, 0, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, release)
+	}
+	fresh := appLayer(t, base, "fresh", 0o644)
+	before := calls.Load()
+	err := cachedValidation(context.Background(), cache, []string{fresh}, artifact.DefaultLimits())
+	if vocab.ReasonOf(err) != vocab.ReasonLimitExceeded || !strings.Contains(err.Error(), "slots") || calls.Load() != before {
+		t.Fatalf("with every slot held: %v after %d validations", err, calls.Load()-before)
+	}
+	key, _ := layerSetKey([]string{fresh}, artifact.DefaultLimits())
+	if _, ok := readVerdict(filepath.Join(cache, key)); ok {
+		t.Fatal("a busy node's refusal was remembered as the layers' verdict")
+	}
+	held[0]()
+	if err := cachedValidation(context.Background(), cache, []string{fresh}, artifact.DefaultLimits()); err != nil || calls.Load() != before+1 {
+		t.Fatalf("a slot freed: %v after %d validations", err, calls.Load()-before)
+	}
+	for _, release := range held[1:] {
+		release()
 	}
 }

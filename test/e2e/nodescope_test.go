@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
@@ -173,14 +174,19 @@ func startupTaintsAreTheOnlySpecChange(t *testing.T, admin, kubelet, agent clien
 	}
 }
 
+// writeStatus rewrites node's NodeRuntime status as c. A live agent writes the same
+// object, so a conflict (which the API server reports only after authorizing the
+// write) is retried rather than read as an answer.
 func writeStatus(ctx context.Context, c client.Client, node string) error {
-	nrt := &brewletv1.NodeRuntime{}
-	if err := c.Get(ctx, client.ObjectKey{Name: node}, nrt); err != nil {
-		return err
-	}
-	nrt.Status.Complete = true
-	nrt.Status.ObservedAt = &metav1.Time{Time: time.Now().Truncate(time.Second)}
-	return c.Status().Update(ctx, nrt)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		nrt := &brewletv1.NodeRuntime{}
+		if err := c.Get(ctx, client.ObjectKey{Name: node}, nrt); err != nil {
+			return err
+		}
+		nrt.Status.Complete = true
+		nrt.Status.ObservedAt = &metav1.Time{Time: time.Now().Truncate(time.Second)}
+		return c.Status().Update(ctx, nrt)
+	})
 }
 
 func labelNode(ctx context.Context, c client.Client, node, key, value string) error {

@@ -55,9 +55,12 @@ func TestRotationRestartsWaitForTheWindow(t *testing.T) {
 
 	// Inside the window, the fleet pause on RuntimeClass brewlet holds the next rotation's
 	// restart; lifting it lets the restart go.
-	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: vocab.RuntimeClassName,
-		Annotations: map[string]string{vocab.AnnotationRotationsPaused: "true"}}, Handler: vocab.RuntimeClassName}
-	must(t, c.Create(ctx, rc))
+	// (The operator created the object at its start: without it every rotation is held.)
+	rc := &nodev1.RuntimeClass{}
+	must(t, c.Get(ctx, client.ObjectKey{Name: vocab.RuntimeClassName}, rc))
+	base0 := client.MergeFrom(rc.DeepCopy())
+	metav1.SetMetaDataAnnotation(&rc.ObjectMeta, vocab.AnnotationRotationsPaused, "true")
+	must(t, c.Patch(ctx, rc, base0))
 	w.rotate(t, 3, 3)
 	report3 := func() { w.reportState(t, 3, epoch, vocab.StateReady) }
 	w.follow(t, report3, "Deployment/web=Pending")

@@ -40,7 +40,7 @@ func Of(rc *nodev1.RuntimeClass) string {
 // Missing is the fleet pause while RuntimeClass brewlet does not exist: the object that
 // carries the pause is gone, so whether rotations may go is unknown until brewlet-operator
 // has recreated it (with the pause it last saw there), and they are held meanwhile.
-var Missing = fmt.Sprintf("RuntimeClass %s, which carries the pause of every rotation (%s), does not exist: every rotation is held until brewlet-operator recreates it (the NodeProfile controller does at its next pass; check the operator is running)",
+var Missing = fmt.Sprintf("RuntimeClass %s, which carries the pause of every rotation (%s), does not exist: every rotation is held until brewlet-operator recreates it (it does as soon as it leads; check that it runs: kubectl -n brewlet-system get pods)",
 	vocab.RuntimeClassName, vocab.AnnotationRotationsPaused)
 
 // Read returns the fleet pause through c (the manager's cache); a missing RuntimeClass holds

@@ -1,8 +1,7 @@
 // Package nodeprofile is the NodeProfile controller: it decides which nodes a profile
 // serves (pool selection; the older of two overlapping profiles keeps the shared nodes),
 // writes each served node's NodeRuntime spec (IDs offered, install mode, containerd mode,
-// the generation its rollout wave allows), keeps the profile's status and the RuntimeClass
-// brewlet. Decisions are pure functions of what was read (this file); the reconciler only
+// the generation its rollout wave allows) and keeps the profile's status. Decisions are pure functions of what was read (this file); the reconciler only
 // reads, calls Decide and writes.
 package nodeprofile
 

@@ -3,11 +3,9 @@ package nodeprofile
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,9 +42,6 @@ type Reconciler struct {
 	// AgentPods reads the agents' pods straight from the API server, only when some
 	// assigned node's heartbeat is stale (nil: none are read).
 	AgentPods func(ctx context.Context) ([]corev1.Pod, error)
-
-	// lastPause is the fleet pause annotation RuntimeClass brewlet last carried ("" none).
-	lastPause atomic.Value
 }
 
 // Heartbeats is what the reconciler needs of the operator's heartbeat clock.
@@ -61,14 +56,11 @@ type Heartbeats interface {
 // often (a pod's status changes wake no profile).
 const agentRecheck = 30 * time.Second
 
-// Reconcile brings one NodeProfile's status, its nodes' NodeRuntime specs and the
-// RuntimeClass to what Decide says. Every write is conditional on the resourceVersion it
+// Reconcile brings one NodeProfile's status and its nodes' NodeRuntime specs to what
+// Decide says (RuntimeClass brewlet is package runtimeclass's). Every write is conditional on the resourceVersion it
 // was decided from; a conflict (the agent wrote its status, another replica wrote first)
 // requeues the profile, and the next pass decides again from fresher reads.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res reconcile.Result, err error) {
-	if err := r.ensureRuntimeClass(ctx); err != nil {
-		return reconcile.Result{}, err
-	}
 	p := &brewletv1.NodeProfile{}
 	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -223,46 +215,6 @@ func (r *Reconciler) writeSpec(ctx context.Context, node corev1.Node, nrt *brewl
 	nrt = nrt.DeepCopy()
 	nrt.Spec = spec
 	return r.Client.Update(ctx, nrt)
-}
-
-// ensureRuntimeClass keeps RuntimeClass brewlet: handler brewlet, pods scheduled only onto
-// nodes whose agent labelled them vocab.LabelRuntime=ready. Only handler and scheduling
-// are owned; other fields (overhead) are left as found.
-func (r *Reconciler) ensureRuntimeClass(ctx context.Context) error {
-	want := &nodev1.Scheduling{NodeSelector: map[string]string{vocab.LabelRuntime: vocab.LabelValueReady}}
-	rc := &nodev1.RuntimeClass{}
-	err := r.Client.Get(ctx, client.ObjectKey{Name: vocab.RuntimeClassName}, rc)
-	if apierrors.IsNotFound(err) {
-		rc = &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: vocab.RuntimeClassName}, Handler: vocab.RuntimeClassName, Scheduling: want}
-		// The fleet pause lives on this object: recreated, it keeps the pause it was last
-		// seen with (a repair of the handler below, or someone deleting it), rather than
-		// letting every rotation go. An operator started while the object was missing has
-		// not seen it and cannot carry anything.
-		if v, ok := r.lastPause.Load().(string); ok && v != "" {
-			rc.Annotations = map[string]string{vocab.AnnotationRotationsPaused: v}
-		}
-		err = r.Client.Create(ctx, rc)
-		if apierrors.IsAlreadyExists(err) {
-			return nil // another pass created it; the next one checks it
-		}
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	r.lastPause.Store(rc.Annotations[vocab.AnnotationRotationsPaused])
-	if rc.Handler == vocab.RuntimeClassName && equality.Semantic.DeepEqual(rc.Scheduling, want) {
-		return nil
-	}
-	if rc.Handler != vocab.RuntimeClassName {
-		// handler is immutable: replace the object.
-		if err := r.Client.Delete(ctx, rc); err != nil && !apierrors.IsNotFound(err) {
-			return err
-		}
-		return fmt.Errorf("RuntimeClass %s had handler %q; deleted to be recreated with handler %s", vocab.RuntimeClassName, rc.Handler, vocab.RuntimeClassName)
-	}
-	rc.Scheduling = want
-	return r.Client.Update(ctx, rc)
 }
 
 func (r *Reconciler) now() metav1.Time {

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -79,13 +78,6 @@ func TestReconcile(t *testing.T) {
 		if n == "b" && len(got.Status.Runtimes) != 1 {
 			t.Fatalf("the agent's status of b was lost: %+v", got.Status)
 		}
-	}
-	rc := &nodev1.RuntimeClass{}
-	if err := c.Get(ctx, types.NamespacedName{Name: vocab.RuntimeClassName}, rc); err != nil {
-		t.Fatal(err)
-	}
-	if rc.Handler != vocab.RuntimeClassName || rc.Scheduling.NodeSelector[vocab.LabelRuntime] != vocab.LabelValueReady {
-		t.Fatalf("RuntimeClass %+v", rc)
 	}
 	got := &brewletv1.NodeProfile{}
 	if err := c.Get(ctx, types.NamespacedName{Name: "p"}, got); err != nil {

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/fleetpause"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -22,7 +23,7 @@ import (
 const ControllerName = "nodeprofile"
 
 // Setup registers the controller with mgr. NodeProfiles, Nodes, RuntimeImages, NodeRuntimes
-// and the RuntimeClass are read through the manager's informers. Any change to one of them
+// and the RuntimeClass (its fleet pause) are read through the manager's informers. Any change to one of them
 // may move a node between profiles, change a rollout wave or a profile's readiness, so each
 // wakes every profile (there are few; the work queue folds repeats).
 //
@@ -62,8 +63,8 @@ func Setup(_ context.Context, mgr manager.Manager, skipNameValidation bool, beat
 		Watches(&brewletv1.NodeRuntime{}, all).
 		// Accepted retirement evidence resolves ledger entries.
 		Watches(&brewletv1.NodeRetirementEvidence{}, all).
-		// Someone editing or deleting the RuntimeClass is repaired.
-		Watches(&nodev1.RuntimeClass{}, all).
+		// The fleet pause on RuntimeClass brewlet holds every wave.
+		Watches(&nodev1.RuntimeClass{}, all, builder.WithPredicates(fleetpause.Changes)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: &skipNameValidation}).
 		Complete(r)
 }
