@@ -40,6 +40,10 @@ const (
 	// NodeTimedOut: a node allowed the target neither serves nor failed it past its
 	// installBy (rollout.nodeTimeout); it is excluded from the rotation until it reports.
 	ReasonNodeTimedOut Reason = "NodeTimedOut"
+	// ReportInvalid: a node's report cannot be believed (no observedAt, a malformed node UID,
+	// a generation the operator never assigned, the target served under another digest); it
+	// is excluded like a stuck node until it reports something believable.
+	ReasonReportInvalid Reason = "ReportInvalid"
 
 	// Cleanup (operator, NodeProfile conditions CleanupComplete and RetirementPending).
 	ReasonNothingOwed         Reason = "NothingOwed"         // no node owes this profile any cleanup

@@ -115,14 +115,14 @@ func Decide(in Input) Decision {
 		if ri == nil || ri.Status.Epoch != ri.UID {
 			continue // no generation of this epoch yet: the agent installs nothing anyway
 		}
-		t := rollout.Target{Epoch: ri.UID, Generation: ri.Status.Generation}
+		t := rollout.Target{Epoch: ri.UID, Generation: ri.Status.Generation, Digest: ri.Status.Digest}
 		t.ServedElsewhere = servedOutside(t, in.Runtimes, o.ID, assigned)
 		nodes := make([]rollout.Node, 0, len(assigned))
 		for _, n := range assigned {
 			dir := directive(in.Runtimes[n.Name], o.ID)
 			silent := in.Agents.Silent != nil && in.Agents.Silent(n.Name)
 			nodes = append(nodes, rollout.Node{Name: n.Name, Allowed: dir.AllowedGeneration, InstallBy: dir.InstallBy,
-				Report: report(in.Runtimes[n.Name], o.ID), Silent: silent})
+				Report: report(in.Runtimes[n.Name], o.ID), Silent: silent, Unusable: rollout.UnusableReport(in.Runtimes[n.Name])})
 		}
 		idPol := pol
 		idPol.Paused = ri.Spec.Paused || in.FleetPause != ""

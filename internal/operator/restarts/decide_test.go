@@ -273,6 +273,7 @@ func TestTasksOfNotesUnsettledNodes(t *testing.T) {
 		n := brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: node}}
 		e.ID = "python"
 		n.Status.Runtimes = []brewletv1.NodeRuntimeEntry{e}
+		n.Status.ObservedAt = &metav1.Time{Time: completed}
 		return n
 	}
 	late := metav1.NewTime(completed.Add(-time.Minute))

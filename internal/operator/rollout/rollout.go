@@ -6,6 +6,7 @@
 package rollout
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -66,6 +67,9 @@ func PolicyOf(r *brewletv1.RolloutPolicy, poolSize int) Policy {
 type Target struct {
 	Epoch      types.UID
 	Generation int64
+	// Digest is the target generation's digest ("": not checked): a node reporting that
+	// generation as served under another digest is not believed.
+	Digest string
 	// ServedElsewhere counts the nodes of other pools that serve the target (Halted).
 	ServedElsewhere int
 }
@@ -79,18 +83,37 @@ type Node struct {
 	InstallBy *metav1.Time
 	Report    *brewletv1.NodeRuntimeEntry
 	Silent    bool
+	// Unusable says why the node's report as a whole cannot be used ("": it can).
+	Unusable string
 }
+
+// maxUIDLength bounds a reported node UID (Kubernetes UIDs are 36 characters).
+const maxUIDLength = 128
 
 // NodeOf is what a NodeRuntime says about its entry e for PhaseAt: the allowance and
 // installBy its spec holds for e's ID, the entry, and whether silent says its agent stopped.
 func NodeOf(nrt *brewletv1.NodeRuntime, e *brewletv1.NodeRuntimeEntry, silent func(node string) bool) Node {
-	n := Node{Name: nrt.Name, Report: e, Silent: silent != nil && silent(nrt.Name)}
+	n := Node{Name: nrt.Name, Report: e, Silent: silent != nil && silent(nrt.Name), Unusable: UnusableReport(nrt)}
 	for _, d := range nrt.Spec.Runtimes {
 		if d.ID == e.ID {
 			n.Allowed, n.InstallBy = d.AllowedGeneration, d.InstallBy
 		}
 	}
 	return n
+}
+
+// UnusableReport says why a node's report as a whole cannot be used ("": it can, or there
+// is none): it does not say when it was observed, or its node UID is malformed.
+func UnusableReport(nrt *brewletv1.NodeRuntime) string {
+	switch {
+	case nrt == nil || len(nrt.Status.Runtimes) == 0:
+		return ""
+	case nrt.Status.ObservedAt == nil || nrt.Status.ObservedAt.IsZero():
+		return "the report says no observedAt"
+	case len(nrt.Status.NodeUID) > maxUIDLength:
+		return "the report's nodeUID is malformed"
+	}
+	return ""
 }
 
 // Phase is where one node stands in the rotation to the target.
@@ -158,6 +181,9 @@ func PhaseOf(t Target, n Node) Phase {
 // would be installing past its installBy, or installing or waiting with a silent agent,
 // is stuck. StuckReason says which.
 func PhaseAt(t Target, n Node, now time.Time) Phase {
+	if Unbelievable(t, n) != "" {
+		return PhaseStuck
+	}
 	ph := PhaseOf(t, n)
 	switch {
 	case ph == PhaseInstalling && n.Silent, ph == PhaseWaiting && n.Silent:
@@ -168,8 +194,38 @@ func PhaseAt(t Target, n Node, now time.Time) Phase {
 	return ph
 }
 
-// StuckReason is why PhaseAt found n stuck: AgentNotReporting (silent) or NodeTimedOut.
-func StuckReason(n Node) vocab.Reason {
+// Unbelievable says why a node's report cannot be counted for the target ("": it can): the
+// report as a whole is unusable, or its entry claims a generation of the target's epoch the
+// operator never assigned, or serves the target generation under another digest. A node's
+// report is its own claim; one that cannot be true is treated like a silent agent's
+// (excluded as stuck: no wave slot, no failure counted, no serving counted) until it
+// reports something believable.
+func Unbelievable(t Target, n Node) string {
+	if n.Unusable != "" {
+		return n.Unusable
+	}
+	r := n.Report
+	if r == nil || r.Epoch != t.Epoch {
+		return ""
+	}
+	switch {
+	case r.Generation > t.Generation || r.FailedGeneration > t.Generation:
+		return fmt.Sprintf("the report claims generation %d, past the %d assigned", max(r.Generation, r.FailedGeneration), t.Generation)
+	case r.Generation < 0 || r.FailedGeneration < 0:
+		return "the report claims a negative generation"
+	case t.Digest != "" && r.Generation == t.Generation && r.Digest != "" && r.Digest != t.Digest &&
+		(r.State == string(vocab.StateReady) || r.State == string(vocab.StateAvailable)):
+		return fmt.Sprintf("the report serves generation %d as %s, not %s", t.Generation, r.Digest, t.Digest)
+	}
+	return ""
+}
+
+// StuckReason is why PhaseAt found n stuck: ReportInvalid (Unbelievable), AgentNotReporting
+// (silent) or NodeTimedOut.
+func StuckReason(t Target, n Node) vocab.Reason {
+	if Unbelievable(t, n) != "" {
+		return vocab.ReasonReportInvalid
+	}
 	if n.Silent {
 		return vocab.ReasonAgentNotReporting
 	}
@@ -238,7 +294,7 @@ func Decide(t Target, nodes []Node, p Policy, now time.Time) Decision {
 			allow(n)
 			d.NextDeadline = Earliest(d.NextDeadline, d.InstallBy[n.Name])
 		case PhaseStuck:
-			d.Stuck[n.Name] = StuckReason(n)
+			d.Stuck[n.Name] = StuckReason(t, n)
 			if PhaseOf(t, n) == PhaseWaiting {
 				waiting = append(waiting, n)
 			} else {

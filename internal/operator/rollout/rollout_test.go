@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
@@ -290,5 +291,66 @@ func TestDecidePaused(t *testing.T) {
 	}
 	if first := Decide(Target{Epoch: "e1", Generation: 1}, []Node{{Name: "a"}}, p, now); first.Allowed["a"] != 1 {
 		t.Fatalf("paused first generation: allowed %v", first.Allowed)
+	}
+}
+
+// A report that cannot be true makes its node stuck (ReportInvalid): it takes no wave slot,
+// counts neither as serving nor as failing.
+func TestUnbelievableReports(t *testing.T) {
+	target := Target{Epoch: "e1", Generation: 2, Digest: "sha256:good"}
+	observed := metav1.NewTime(now)
+	served := rep(2, string(vocab.StateReady))
+	served.Digest = "sha256:good"
+	forged := rep(2, string(vocab.StateReady))
+	forged.Digest = "sha256:other"
+	future := rep(7, string(vocab.StateReady))
+	failedFuture := rep(1, string(vocab.StateReady))
+	failedFuture.FailedGeneration = 3
+	negative := rep(-1, string(vocab.StateReady))
+	otherEpoch := rep(9, string(vocab.StateReady))
+	otherEpoch.Epoch = "e0"
+	installingOther := rep(2, string(vocab.StateInstalling))
+	installingOther.Digest = "sha256:other"
+	for _, c := range []struct {
+		name       string
+		report     *brewletv1.NodeRuntimeEntry
+		observedAt *metav1.Time
+		nodeUID    string
+		want       Phase
+		reason     vocab.Reason
+	}{
+		{"serving the target's digest", served, &observed, "uid", PhaseCurrent, ""},
+		{"serving it under another digest", forged, &observed, "uid", PhaseStuck, vocab.ReasonReportInvalid},
+		{"a generation never assigned", future, &observed, "uid", PhaseStuck, vocab.ReasonReportInvalid},
+		{"failing a generation never assigned", failedFuture, &observed, "uid", PhaseStuck, vocab.ReasonReportInvalid},
+		{"a negative generation", negative, &observed, "uid", PhaseStuck, vocab.ReasonReportInvalid},
+		{"no observedAt", served, nil, "uid", PhaseStuck, vocab.ReasonReportInvalid},
+		{"an oversized node UID", served, &observed, string(make([]byte, 200)), PhaseStuck, vocab.ReasonReportInvalid},
+		{"another epoch says nothing about the target", otherEpoch, &observed, "uid", PhaseInstalling, ""},
+		{"installing names no digest to check", installingOther, &observed, "uid", PhaseInstalling, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			nrt := &brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
+			nrt.Spec.Runtimes = []brewletv1.RuntimeDirective{{ID: "py", AllowedGeneration: 2}}
+			nrt.Status.Runtimes = []brewletv1.NodeRuntimeEntry{*c.report}
+			nrt.Status.ObservedAt, nrt.Status.NodeUID = c.observedAt, types.UID(c.nodeUID)
+			n := NodeOf(nrt, c.report, nil)
+			if got := PhaseAt(target, n, now); got != c.want {
+				t.Fatalf("phase %s, want %s (%q)", got, c.want, Unbelievable(target, n))
+			}
+			if c.reason != "" && StuckReason(target, n) != c.reason {
+				t.Fatalf("stuck as %s, want %s", StuckReason(target, n), c.reason)
+			}
+			if (Unbelievable(target, n) != "") != (c.reason != "") {
+				t.Fatalf("Unbelievable %q", Unbelievable(target, n))
+			}
+		})
+	}
+	// Deciding the waves: an unbelievable node takes no slot; the next waiting node gets it.
+	liar := Node{Name: "a", Allowed: 2, Report: forged}
+	waiting := Node{Name: "b", Allowed: 1, Report: rep(1, string(vocab.StateReady))}
+	d := Decide(target, []Node{liar, waiting}, Policy{MaxUnavailable: 1}, now)
+	if d.Stuck["a"] != vocab.ReasonReportInvalid || d.Allowed["b"] != 2 {
+		t.Fatalf("decision %+v", d)
 	}
 }

@@ -59,6 +59,7 @@ func ri(opts ...riOpt) *brewletv1.RuntimeImage {
 func report(node string, entries ...brewletv1.NodeRuntimeEntry) brewletv1.NodeRuntime {
 	n := brewletv1.NodeRuntime{ObjectMeta: metav1.ObjectMeta{Name: node}}
 	n.Status.Runtimes = entries
+	n.Status.ObservedAt = &metav1.Time{Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	return n
 }
 

@@ -38,12 +38,15 @@ func exclusionEvents(old, updated *brewletv1.RotationStatus) []Event {
 	var out []Event
 	for _, x := range updated.ExcludedNodes {
 		r := vocab.Reason(x.Reason)
-		if (r != vocab.ReasonNodeTimedOut && r != vocab.ReasonAgentNotReporting) || before[x.Name] == x.Reason {
+		if (r != vocab.ReasonNodeTimedOut && r != vocab.ReasonAgentNotReporting && r != vocab.ReasonReportInvalid) || before[x.Name] == x.Reason {
 			continue
 		}
 		why := "it has been allowed the generation longer than its pool's rollout.nodeTimeout without serving it or reporting a failure"
-		if r == vocab.ReasonAgentNotReporting {
+		switch r {
+		case vocab.ReasonAgentNotReporting:
 			why = "its agent's heartbeat is stale"
+		case vocab.ReasonReportInvalid:
+			why = "its NodeRuntime report cannot be believed (no observedAt, a malformed node UID, a generation never assigned, or the generation served under another digest)"
 		}
 		out = append(out, Event{Type: corev1.EventTypeWarning, Reason: r, Message: fmt.Sprintf(
 			"node %s excluded from the rotation to generation %d: %s. The rotation goes on without it and it rejoins when it reports the generation; check its agent (kubectl get nodeprofile -o yaml, status.nodesWithoutAgent) and its NodeRuntime",

@@ -1,6 +1,7 @@
 package runtimeimage
 
 import (
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
@@ -28,4 +29,12 @@ func usableTask(t brewletv1.NodeTask) bool {
 		len(validation.IsDNS1123Label(t.ContainerName)) == 0 &&
 		t.PodUID != "" && len(t.PodUID) <= maxUIDLength &&
 		len(t.Epoch) <= maxUIDLength
+}
+
+// boundedUID is a reported node UID as the status may carry it: empty when malformed.
+func boundedUID(u types.UID) types.UID {
+	if len(u) > maxUIDLength {
+		return ""
+	}
+	return u
 }

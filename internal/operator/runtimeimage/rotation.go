@@ -50,6 +50,7 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 	var excluded []brewletv1.ExcludedNode
 	stuck := 0
 	reporting := 0
+	target := rollout.Target{Epoch: ri.UID, Generation: st.Generation, Digest: st.Digest}
 	for i := range reports {
 		for _, e := range reports[i].Status.Runtimes {
 			if e.ID != ri.Name || e.Epoch != ri.UID || e.State == string(vocab.StateRevoked) {
@@ -57,11 +58,11 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 			}
 			reporting++
 			n := rollout.NodeOf(&reports[i], &e, silent)
-			switch rollout.PhaseAt(rollout.Target{Epoch: ri.UID, Generation: st.Generation}, n, now.Time) {
+			switch rollout.PhaseAt(target, n, now.Time) {
 			case rollout.PhaseStuck:
 				stuck++
-				excluded = append(excluded, brewletv1.ExcludedNode{Name: reports[i].Name, UID: reports[i].Status.NodeUID,
-					Reason: string(rollout.StuckReason(n)), Generation: e.Generation})
+				excluded = append(excluded, brewletv1.ExcludedNode{Name: reports[i].Name, UID: boundedUID(reports[i].Status.NodeUID),
+					Reason: string(rollout.StuckReason(target, n)), Generation: max(0, min(e.Generation, st.Generation))})
 			case rollout.PhaseCurrent:
 				counts.Current++
 			case rollout.PhaseInstalling:
@@ -73,7 +74,7 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 				if reason == "" {
 					reason = string(vocab.StateFailed)
 				}
-				excluded = append(excluded, brewletv1.ExcludedNode{Name: reports[i].Name, UID: reports[i].Status.NodeUID, Reason: reason, Generation: e.Generation})
+				excluded = append(excluded, brewletv1.ExcludedNode{Name: reports[i].Name, UID: boundedUID(reports[i].Status.NodeUID), Reason: reason, Generation: e.Generation})
 			}
 		}
 	}

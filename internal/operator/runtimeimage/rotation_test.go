@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/vocab"
@@ -242,6 +243,23 @@ func TestRotationStuck(t *testing.T) {
 				allowed(report("b", at(2, vocab.StateInstalling, "")), 2, before), allowed(report("c", at(2, vocab.StateInstalling, "")), 2, after)},
 			silent: silent("c"),
 			counts: brewletv1.RotationNodeCounts{Current: 1, Excluded: 2, Stuck: 2}, progress: "False/CompleteWithExclusions", excluded: "b:NodeTimedOut:2,c:AgentNotReporting:2"},
+		// A node's report is its own claim: one that cannot be true counts neither as
+		// serving nor as failing, and the node is excluded and named like a stuck one.
+		{name: "a report without observedAt is not believed",
+			reports: []brewletv1.NodeRuntime{allowed(report("a", at(2, vocab.StateReady, "")), 2, before),
+				unobserved(allowed(report("b", at(2, vocab.StateReady, "")), 2, after))},
+			counts: brewletv1.RotationNodeCounts{Current: 1, Excluded: 1, Stuck: 1}, progress: "False/CompleteWithExclusions", excluded: "b:ReportInvalid:2"},
+		{name: "a node serving the target under another digest is not believed",
+			reports: []brewletv1.NodeRuntime{allowed(report("a", at(2, vocab.StateReady, "")), 2, before),
+				allowed(report("b", withDigest(at(2, vocab.StateReady, ""), dA)), 2, after)},
+			counts: brewletv1.RotationNodeCounts{Current: 1, Excluded: 1, Stuck: 1}, progress: "False/CompleteWithExclusions", excluded: "b:ReportInvalid:2"},
+		{name: "a node claiming a generation never assigned is not believed",
+			reports: []brewletv1.NodeRuntime{allowed(report("a", at(2, vocab.StateReady, "")), 2, before),
+				allowed(report("b", at(9, vocab.StateFailed, "")), 2, after)},
+			counts: brewletv1.RotationNodeCounts{Current: 1, Excluded: 1, Stuck: 1}, progress: "False/CompleteWithExclusions", excluded: "b:ReportInvalid:2"},
+		{name: "liars alone do not make a rotation: every node unbelievable is not complete",
+			reports: []brewletv1.NodeRuntime{allowed(report("a", withDigest(at(2, vocab.StateReady, ""), dA)), 2, before)},
+			counts:  brewletv1.RotationNodeCounts{Excluded: 1, Stuck: 1}, progress: "True/Rotating", excluded: "a:ReportInvalid:2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.silent
@@ -271,7 +289,7 @@ func TestRotationStuck(t *testing.T) {
 			stuckEvents := func(evs []Event) int {
 				n := 0
 				for _, e := range evs {
-					if e.Reason == vocab.ReasonNodeTimedOut || e.Reason == vocab.ReasonAgentNotReporting {
+					if e.Reason == vocab.ReasonNodeTimedOut || e.Reason == vocab.ReasonAgentNotReporting || e.Reason == vocab.ReasonReportInvalid {
 						n++
 					}
 				}
@@ -293,6 +311,7 @@ func TestRotationStuck(t *testing.T) {
 				var healed []brewletv1.NodeRuntime
 				for _, r := range tc.reports {
 					r.Status.Runtimes = []brewletv1.NodeRuntimeEntry{at(2, vocab.StateReady, "")}
+					r.Status.ObservedAt = &metav1.Time{Time: t1.Add(time.Hour)}
 					healed = append(healed, r)
 				}
 				d2 := Decide(again, healed, 0, allFresh, noneSilent, "", Verdicts{}, metav1.NewTime(t1.Add(time.Hour)))
@@ -318,4 +337,53 @@ func TestRotationPaused(t *testing.T) {
 	if c := meta.FindStatusCondition(done.Status.Conditions, string(vocab.ConditionRotationProgressing)); c.Reason != string(vocab.ReasonAllNodesCurrent) {
 		t.Fatalf("a paused rotation that is done: %+v", c)
 	}
+}
+
+// unobserved is r without the observedAt its agent always writes.
+func unobserved(r brewletv1.NodeRuntime) brewletv1.NodeRuntime {
+	r.Status.ObservedAt = nil
+	return r
+}
+
+func withDigest(e brewletv1.NodeRuntimeEntry, digest string) brewletv1.NodeRuntimeEntry {
+	e.Digest = digest
+	return e
+}
+
+// However a node's report is forged, the rotation's status stays writable (bounded, every
+// excluded node named with a generation the RuntimeImage has) and no unbelievable node is
+// counted as serving.
+func FuzzRotationReport(f *testing.F) {
+	f.Add(int64(2), int64(0), "Ready", dB, "node-uid", true)
+	f.Add(int64(9), int64(9), "Failed", dA, strings.Repeat("u", 300), false)
+	f.Add(int64(-1), int64(-7), "Bogus", "", "", true)
+	f.Fuzz(func(t *testing.T, gen, failedGen int64, state, digest, nodeUID string, observed bool) {
+		liar := report("liar", brewletv1.NodeRuntimeEntry{ID: "python-3.12", Epoch: uid, Generation: gen, FailedGeneration: failedGen, State: state, Digest: digest})
+		liar.Status.NodeUID = types.UID(nodeUID)
+		if !observed {
+			liar.Status.ObservedAt = nil
+		}
+		honest := report("honest", at(2, vocab.StateReady, ""))
+		honest.Status.Runtimes[0].Digest = dB
+		d := Decide(ri(finalized, image(repo+dB), status(uid, 2, dB)), []brewletv1.NodeRuntime{honest, liar}, 0, allFresh, noneSilent, "", Verdicts{}, t1)
+		rot := d.Status.Rotation
+		if rot == nil {
+			t.Fatal("no rotation status")
+		}
+		for _, x := range rot.ExcludedNodes {
+			if x.Generation < 0 || x.Generation > 2 || len(x.UID) > 128 {
+				t.Fatalf("excluded %+v", x)
+			}
+		}
+		if rot.Nodes.Current > 2 || rot.Nodes.Current+rot.Nodes.Failed+rot.Nodes.Installing+rot.Nodes.Stuck > 2 {
+			t.Fatalf("counts %+v from two nodes", rot.Nodes)
+		}
+		believable := observed && len(nodeUID) <= 128 && gen >= 0 && failedGen >= 0 && gen <= 2 && failedGen <= 2
+		if !believable && rot.Nodes.Current > 1 {
+			t.Fatalf("an unbelievable report counted as serving: %+v", rot.Nodes)
+		}
+		if digest != "" && digest != dB && gen == 2 && (state == "Ready" || state == "Available") && rot.Nodes.Current > 1 {
+			t.Fatalf("the target served under another digest counted: %+v", rot.Nodes)
+		}
+	})
 }
