@@ -40,23 +40,27 @@ lint:
 	go vet -tags bench ./test/...
 	$(TOOLS_BIN)/golangci-lint run ./...
 
-# End-to-end tests of the node agent's concurrency (passes, install workers, GC, writer
-# lease) run with the race detector (about 2.5 minutes). The rest of the tier runs without
-# it: there the concurrency is in the real processes it drives (containerd, shim, runc),
-# which the detector does not instrument, and the tier must fit CI's hour on 2 cores.
-RACE_E2E := ^Test(Agent|WriterLease)
+# The suites under test/ (docs/testing.md): test/agent runs with the race detector (about
+# 3 minutes): its concurrency (passes, install workers, GC, the writer lease) is in the test
+# process. The other suites run without it: there the concurrency is in the real processes
+# they drive (containerd, shim, runc), which the detector does not instrument.
+E2E_MAIN = $(shell go list ./test/... | grep -v '/test/agent$$')
 
 ## test-unit: unit tests and fuzz seed corpora (no external components), race detector on
 test-unit:
 	go test -count=1 -race $(GO_TEST_FLAGS) ./api/... ./internal/... ./cmd/...
 
-## test-e2e: tests against the real control plane and node (needs root); the agent's under -race.
+## test-e2e: the suites under test/ against real components (needs root); test/agent under -race.
+## The suites of one run share built runtime images in a directory removed after the run.
 ## Each test binary runs its nodes in a mount namespace of its own (test/framework/mountns_linux.go)
 ## whose root is shared in the main tier (as on systemd nodes, and as `make demo` runs) and
 ## private in the agent's tier, whatever this machine's root is.
 test-e2e: build
-	BREWLET_NODE_ROOT=shared go test -count=1 $(GO_TEST_FLAGS) -timeout 45m -p 1 -skip '$(RACE_E2E)' ./test/...
-	BREWLET_NODE_ROOT=private go test -count=1 -race $(GO_TEST_FLAGS) -timeout 30m -p 1 -run '$(RACE_E2E)|^TestNodeMountNamespace$$' ./test/e2e/
+	set -e; dir=$$(mktemp -d /tmp/brewlet-artifacts.XXXXXX); trap 'rm -rf "$$dir"' EXIT; \
+	export BREWLET_TEST_ARTIFACTS=$$dir; \
+	BREWLET_NODE_ROOT=shared go test -count=1 $(GO_TEST_FLAGS) -timeout 45m -p 1 $(E2E_MAIN); \
+	BREWLET_NODE_ROOT=private go test -count=1 -race $(GO_TEST_FLAGS) -timeout 30m ./test/agent/; \
+	BREWLET_NODE_ROOT=private go test -count=1 $(GO_TEST_FLAGS) -timeout 5m -run '^TestNodeMountNamespace$$' ./test/node/
 
 ## test: everything CI runs, from a fresh machine: tools, generated files, lint, all tiers
 test: tools verify-generated lint test-unit test-e2e
@@ -92,7 +96,7 @@ runtimes:
 ## the ones recorded there: a median worse by more than the run's spread prints REGRESSION and
 ## fails the run.
 bench: tools build
-	set -o pipefail; go test -tags bench -count=1 -timeout 120m -run 'TestBench' -v ./test/e2e/ | grep -E '^\||^REGRESSION|^(ok|FAIL|---)'
+	set -o pipefail; go test -tags bench -count=1 -timeout 120m -run 'TestBench' -v ./test/bench/ | grep -E '^\||^REGRESSION|^(ok|FAIL|---)'
 
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:

@@ -1,0 +1,111 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"brewlet.sh/brewlet/internal/operator/restarts"
+	"brewlet.sh/brewlet/internal/vocab"
+	"brewlet.sh/brewlet/test/kit"
+)
+
+// After a soak period of 12 s, the health gate with a budget of 0: the canary (brewlet.sh/restart-priority 100) is
+// restarted first and never becomes available, so it fails its progress deadline; the
+// other workloads are then not restarted (Pending, RestartsHalted), status names the
+// failure and an event says so. Once the canary is fixed, a new digest is a new target:
+// while spec.paused holds it nothing restarts; unpaused, restarts start afresh, canary
+// first, and all of them succeed.
+func TestRotationRestartsHaltWhenTheCanaryFails(t *testing.T) {
+	// A deadline long enough for a loaded machine's rollouts, short enough to wait for.
+	w := startRestartWorld(t, 1, 20*time.Second, "--rotation-restart-max-failures=0", "--rotation-restart-soak=12s")
+	ctx, c := context.Background(), w.cp.Client
+	epoch := w.approve(t)
+	canary := restartDeployment("canary", true)
+	canary.Annotations[vocab.AnnotationRestartPriority] = "100"
+	// Its new pods never count as available: the rollout cannot finish.
+	canary.Spec.MinReadySeconds = 3600
+	canary.Spec.ProgressDeadlineSeconds = ptr.To[int32](7200)
+	kit.Must(t, c.Create(ctx, canary))
+	for _, name := range []string{"a-web", "b-api"} {
+		kit.Must(t, c.Create(ctx, restartDeployment(name, true)))
+	}
+	w.waitRunning(t, 6)
+	w.report(t, 1, epoch)
+
+	follow := func(gen int64, want string) {
+		t.Helper()
+		w.follow(t, func() { w.reportState(t, gen, epoch, vocab.StateReady) }, want)
+	}
+	w.rotate(t, 2, 2)
+	// The soak period first: the rotation completed, nothing restarts yet.
+	follow(2, "Deployment/a-web=Pending Deployment/b-api=Pending Deployment/canary=Pending")
+	for _, r := range getRI(t, c, "python").Status.Rotation.Restarts {
+		if r.Reason != restarts.ReasonSoaking {
+			t.Errorf("%s waits without Soaking: %+v", r.Name, r)
+		}
+	}
+	follow(2, "Deployment/a-web=Pending Deployment/b-api=Pending Deployment/canary=Failed")
+	got := getRI(t, c, "python")
+	h := got.Status.Rotation.RestartsHalted
+	if h == nil || h.Failed != 1 || h.MaxFailures != 0 || !strings.Contains(h.Message, "Deployment/"+restartNS+"/canary") {
+		t.Fatalf("restartsHalted %+v", h)
+	}
+	for _, r := range got.Status.Rotation.Restarts {
+		if r.Outcome == restarts.OutcomePending && r.Reason != string(vocab.ReasonRestartsHalted) {
+			t.Errorf("%s waits without RestartsHalted: %+v", r.Name, r)
+		}
+	}
+	expectEvent(t, c, "python", vocab.ReasonRestartsHalted, corev1.EventTypeWarning)
+	// The halt holds: nothing else is patched while the budget is spent.
+	for _, name := range []string{"a-web", "b-api"} {
+		d := &appsv1.Deployment{}
+		kit.Must(t, c.Get(ctx, client.ObjectKey{Namespace: restartNS, Name: name}, d))
+		if v := d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration]; v != "" {
+			t.Errorf("%s was restarted under the halt: %s", name, v)
+		}
+	}
+
+	// The fix, then a new digest: restarts start again, the canary first.
+	d := &appsv1.Deployment{}
+	kit.Must(t, c.Get(ctx, client.ObjectKey{Namespace: restartNS, Name: "canary"}, d))
+	base := client.MergeFrom(d.DeepCopy())
+	d.Spec.MinReadySeconds = 0
+	kit.Must(t, c.Patch(ctx, d, base))
+	// Paused first (spec.paused): the new target's restarts wait; unpaused, they run.
+	setPaused := func(v bool) {
+		t.Helper()
+		cur := getRI(t, c, "python")
+		base := client.MergeFrom(cur.DeepCopy())
+		cur.Spec.Paused = v
+		kit.Must(t, c.Patch(ctx, cur, base))
+	}
+	setPaused(true)
+	w.rotate(t, 3, 3)
+	kit.Eventually(t, time.Minute, "every restart held by the pause", func() (bool, string) {
+		w.reportState(t, 3, epoch, vocab.StateReady)
+		got := getRI(t, c, "python").Status.Rotation.Restarts
+		for _, r := range got {
+			if r.Outcome != restarts.OutcomePending || r.Reason != string(vocab.ReasonRotationPaused) {
+				return false, fmt.Sprintf("%+v", got)
+			}
+		}
+		return len(got) == 3, fmt.Sprintf("%+v", got)
+	})
+	time.Sleep(3 * time.Second)
+	if o := restartOutcomes(getRI(t, c, "python")); o != "Deployment/a-web=Pending Deployment/b-api=Pending Deployment/canary=Pending" {
+		t.Fatalf("a restart started while paused: %s", o)
+	}
+	setPaused(false)
+	follow(3, "Deployment/a-web=Succeeded Deployment/b-api=Succeeded Deployment/canary=Succeeded")
+	if h := getRI(t, c, "python").Status.Rotation.RestartsHalted; h != nil {
+		t.Errorf("restartsHalted %+v after a new digest", h)
+	}
+}
