@@ -10,13 +10,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+)
 
-	"brewlet.sh/brewlet/internal/vocab"
+// Group and Version name this API. The package imports nothing of Brewlet's internals, so
+// that clients of the API need only it; internal/vocab's Group and Version are the same
+// strings (a unit test there keeps them equal).
+const (
+	Group   = "node.brewlet.sh"
+	Version = "v1alpha1"
 )
 
 var (
 	// GroupVersion is the group and version of these types.
-	GroupVersion = schema.GroupVersion{Group: vocab.Group, Version: vocab.Version}
+	GroupVersion = schema.GroupVersion{Group: Group, Version: Version}
 
 	// SchemeBuilder registers the types with a runtime.Scheme.
 	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"time"
+
 	// The operator's image has no zone database; restart windows name IANA time zones.
 	_ "time/tzdata"
 
@@ -20,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"brewlet.sh/brewlet/internal/operator"
+	"brewlet.sh/brewlet/internal/operator/nodereports"
 	"brewlet.sh/brewlet/internal/operator/restarts"
-	"brewlet.sh/brewlet/internal/operator/runtimeimage"
 	"brewlet.sh/brewlet/internal/uninstall"
 )
 
@@ -55,7 +56,7 @@ func main() {
 		}
 		return nil
 	})
-	flag.DurationVar(&o.NodeStaleAfter, "node-stale-after", runtimeimage.DefaultStaleAfter, "a node whose agent has not renewed its Lease for this long (on this process's clock) is not reporting: its containers show current=false and its report proves nothing for restarts (at least 10s; agents renew theirs every 3s)")
+	flag.DurationVar(&o.NodeStaleAfter, "node-stale-after", nodereports.DefaultStaleAfter, "a node whose agent has not renewed its Lease for this long (on this process's clock) is not reporting: its containers show current=false and its report proves nothing for restarts (at least 10s; agents renew theirs every 3s)")
 	flag.StringVar(&o.SignatureKeys, "signature-keys", "", "a file of PEM public keys; every RuntimeImage digest must be signed by one of them before it is approved (chart value verification.publicKeys; empty: only what spec.verification requires)")
 	flag.StringVar(&o.SignatureIdentities, "signature-identities", "", "a JSON list of keyless identities ({issuer, subject | subjectRegExp}) that, like the keys of --signature-keys, may each meet the cluster's signature requirement (chart value verification.keyless; needs --signature-trusted-root)")
 	flag.StringVar(&o.SignatureTrustedRoot, "signature-trusted-root", "", "a Sigstore trusted_root.json that keyless signing certificates (spec.verification.keyless) are checked against (chart value verification.trustedRoot)")

@@ -30,6 +30,7 @@ import (
 	"brewlet.sh/brewlet/internal/admission"
 	"brewlet.sh/brewlet/internal/metricsauth"
 	"brewlet.sh/brewlet/internal/operator/nodeprofile"
+	"brewlet.sh/brewlet/internal/operator/nodereports"
 	"brewlet.sh/brewlet/internal/operator/restarts"
 	"brewlet.sh/brewlet/internal/operator/retirement"
 	"brewlet.sh/brewlet/internal/operator/runtimeclass"
@@ -73,7 +74,7 @@ type Options struct {
 	// nodes' heartbeats ("": LeaderElectionNamespace, where the chart runs both).
 	AgentNamespace string
 	// NodeStaleAfter: a node whose agent has not renewed its Lease for this long (on the
-	// operator's clock) is not reporting (0: runtimeimage.DefaultStaleAfter).
+	// operator's clock) is not reporting (0: nodereports.DefaultStaleAfter).
 	NodeStaleAfter time.Duration
 	// RotationRestarts restarts opted-in workloads after a rotation (off by default).
 	RotationRestarts restarts.Options
@@ -191,7 +192,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (manager.Manager, err
 		return nil, fmt.Errorf("brewlet-operator manager: %w", err)
 	}
 	// One clock for both controllers: a node is fresh or stale for both alike.
-	beats := runtimeimage.NewHeartbeatClock(agentNS)
+	beats := nodereports.NewHeartbeatClock(agentNS)
 	beats.StaleAfter = o.NodeStaleAfter
 	if err := beats.Start(ctx, mgr.GetCache()); err != nil {
 		return nil, fmt.Errorf("agent Lease informer: %w", err)

@@ -17,16 +17,6 @@ import (
 // the pod) or neutralized (a default containerd or the pod left open is closed, and nothing a
 // legitimate workload relies on changes). docs/shim.md lists the decision per field.
 
-// hostFacts is what the confinement rules need to know about the node, gathered by the
-// caller so that the rules stay pure.
-type hostFacts struct {
-	// deviceGroups maps a non-root group ID to a device node it can read or write.
-	deviceGroups map[uint32]string
-	// hostNamespace reports whether a namespace path (e.g. /proc/123/ns/net) is the node's
-	// own namespace of that type.
-	hostNamespace func(nsType specs.LinuxNamespaceType, path string) bool
-}
-
 // requiredNamespaces are the namespaces a container must not share with the host.
 var requiredNamespaces = []specs.LinuxNamespaceType{
 	specs.PIDNamespace, specs.NetworkNamespace, specs.IPCNamespace, specs.UTSNamespace, specs.MountNamespace,
@@ -166,13 +156,6 @@ func hookNames(h *specs.Hooks) []string {
 		}
 	}
 	return out
-}
-
-// permissiveSeccomp reports whether a seccomp filter confines nothing by default: none at
-// all (Unconfined), or a profile whose default action allows, only logs, or defers every
-// unlisted system call to a user-space agent.
-func permissiveSeccomp(sc *specs.LinuxSeccomp) bool {
-	return sc == nil || lets(sc.DefaultAction)
 }
 
 func union(have, want []string) []string {

@@ -9,6 +9,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// hostFacts is what the confinement rules need to know about the node, gathered by the
+// caller so that the rules stay pure.
+type hostFacts struct {
+	// deviceGroups maps a non-root group ID to a device node it can read or write.
+	deviceGroups map[uint32]string
+	// hostNamespace reports whether a namespace path (e.g. /proc/123/ns/net) is the node's
+	// own namespace of that type.
+	hostNamespace func(nsType specs.LinuxNamespaceType, path string) bool
+}
+
 // Bounds of the /dev scan: device trees are shallow and small; a node with more is odd
 // enough that the scan stops rather than stalling a container start.
 const (

@@ -153,6 +153,13 @@ var noCapsDefaultJSON = sync.OnceValue(func() []byte {
 	return b
 })
 
+// permissiveSeccomp reports whether a seccomp filter confines nothing by default: none at
+// all (Unconfined), or a profile whose default action allows, only logs, or defers every
+// unlisted system call to a user-space agent.
+func permissiveSeccomp(sc *specs.LinuxSeccomp) bool {
+	return sc == nil || lets(sc.DefaultAction)
+}
+
 // seccompRefusal says why a spec's confining filter is refused, or "": a filter other than
 // containerd's RuntimeDefault (a Localhost profile) that lets a capability-gated call run.
 // The pod's author wrote that profile, so Brewlet does not silently replace it.

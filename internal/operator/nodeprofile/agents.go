@@ -151,16 +151,3 @@ func hint(msg string) string {
 	}
 	return ""
 }
-
-// ProblemSummary names the nodes of problems with their reasons ("n1 (AgentPodPending), …"),
-// at most five, and how many more there are of total.
-func ProblemSummary(problems []brewletv1.NodeAgentProblem, total int32) string {
-	var parts []string
-	for _, pr := range problems[:min(len(problems), 5)] {
-		parts = append(parts, fmt.Sprintf("%s (%s)", pr.NodeName, pr.Reason))
-	}
-	if more := int(total) - len(parts); more > 0 {
-		parts = append(parts, fmt.Sprintf("%d more", more))
-	}
-	return strings.Join(parts, ", ")
-}

@@ -2,6 +2,7 @@ package nodeprofile
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -117,10 +118,16 @@ func TestAgentProblemsReadPodsOnlyWhenNeeded(t *testing.T) {
 	}
 }
 
-func TestProblemSummary(t *testing.T) {
+// A stale node without an agent pod is reported as AgentPodMissing, in the nodes' order.
+func TestAgentProblemsWithoutPods(t *testing.T) {
 	f := AgentFacts{Fresh: func(string) bool { return false }}
 	problems := AgentProblems([]string{"n1", "n2", "n3", "n4", "n5", "n6", "n7"}, f)
-	if got := ProblemSummary(problems, 9); got != "n1 (AgentPodMissing), n2 (AgentPodMissing), n3 (AgentPodMissing), n4 (AgentPodMissing), n5 (AgentPodMissing), 4 more" {
-		t.Fatalf("summary %q", got)
+	if len(problems) != 7 {
+		t.Fatalf("problems %v", problems)
+	}
+	for i, p := range problems {
+		if want := fmt.Sprintf("n%d", i+1); p.NodeName != want || p.Reason != "AgentPodMissing" {
+			t.Errorf("problem %d: %+v, want %s AgentPodMissing", i, p, want)
+		}
 	}
 }

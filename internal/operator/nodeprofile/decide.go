@@ -18,6 +18,7 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/nodepool"
+	"brewlet.sh/brewlet/internal/operator/nodereports"
 	"brewlet.sh/brewlet/internal/operator/rollout"
 	"brewlet.sh/brewlet/internal/vocab"
 )
@@ -197,7 +198,7 @@ func Decide(in Input) Decision {
 		c.Status, c.Reason = metav1.ConditionFalse, string(vocab.ReasonNodesNotReady)
 		c.Message = fmt.Sprintf("%d of %d node(s) report every Eager runtime Ready", ready, len(assigned))
 		if st.NodesWithoutAgentCount > 0 {
-			c.Message += "; without a running, reporting agent: " + ProblemSummary(st.NodesWithoutAgent, st.NodesWithoutAgentCount) + " (status.nodesWithoutAgent)"
+			c.Message += "; without a running, reporting agent: " + nodereports.ProblemSummary(st.NodesWithoutAgent, st.NodesWithoutAgentCount) + " (status.nodesWithoutAgent)"
 		}
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, string(vocab.ReasonNodesReady)

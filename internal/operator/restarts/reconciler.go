@@ -19,7 +19,7 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/operator/fleetpause"
-	"brewlet.sh/brewlet/internal/operator/runtimeimage"
+	"brewlet.sh/brewlet/internal/operator/nodereports"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -30,7 +30,7 @@ type Reconciler struct {
 	Recorder  events.EventRecorder
 	Policy    Policy
 	// Beats are the agents' Lease renewals, the nodes' heartbeats (nil: every node stale).
-	Beats *runtimeimage.HeartbeatClock
+	Beats *nodereports.HeartbeatClock
 	Now   func() time.Time
 }
 
@@ -60,7 +60,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	reports := &brewletv1.NodeRuntimeList{}
-	if err := r.Client.List(ctx, reports, client.MatchingFields{runtimeimage.IndexRuntimeID: t.ID}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, reports, client.MatchingFields{nodereports.IndexRuntimeID: t.ID}, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, err
 	}
 	beats := r.Beats.Heartbeats()

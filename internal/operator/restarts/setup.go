@@ -18,7 +18,7 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/operator/fleetpause"
-	"brewlet.sh/brewlet/internal/operator/runtimeimage"
+	"brewlet.sh/brewlet/internal/operator/nodereports"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -42,7 +42,7 @@ type Options struct {
 
 // Setup registers the controller. Workloads and pods (stripped by StripPod) are read through the
 // manager's informers; a workload, pod or node report wakes the RuntimeImage it runs on.
-func Setup(ctx context.Context, mgr manager.Manager, o Options, beats *runtimeimage.HeartbeatClock, skipNameValidation bool) error {
+func Setup(ctx context.Context, mgr manager.Manager, o Options, beats *nodereports.HeartbeatClock, skipNameValidation bool) error {
 	if !o.Enabled {
 		return nil
 	}
@@ -73,7 +73,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options, beats *runtimeim
 		Named(ControllerName).
 		For(&brewletv1.RuntimeImage{}, builder.WithPredicates(targetChanged)).
 		Watches(&brewletv1.RuntimeImage{}, slotFreed(mgr.GetClient())).
-		Watches(&brewletv1.NodeRuntime{}, handler.EnqueueRequestsFromMapFunc(runtimeimage.Requests), builder.WithPredicates(reportChanged)).
+		Watches(&brewletv1.NodeRuntime{}, handler.EnqueueRequestsFromMapFunc(nodereports.Requests), builder.WithPredicates(reportChanged)).
 		Watches(&appsv1.Deployment{}, byTemplate, builder.WithPredicates(workloadChanged)).
 		Watches(&appsv1.StatefulSet{}, byTemplate, builder.WithPredicates(workloadChanged)).
 		Watches(&appsv1.DaemonSet{}, byTemplate, builder.WithPredicates(workloadChanged)).

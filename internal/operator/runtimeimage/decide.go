@@ -56,7 +56,7 @@ type Decision struct {
 // maxFailures is the rotation's failure budget (rollout.maxFailures of the profiles that
 // offer the ID, the smallest when several do); see rotation. fresh says whether a node's
 // agent is alive (its heartbeat is recent; see observeTasks), silent whether it is known to
-// have stopped (HeartbeatClock.Silent; see rotation). fleetPause is the pause of every
+// have stopped (nodereports.HeartbeatClock.Silent; see rotation). fleetPause is the pause of every
 // rotation (fleetpause.Of; "" none), which holds this one as spec.paused does. sigs are the
 // verdicts on the signatures of the spec's digest and of the current generation's: a digest
 // that must be signed and is not verified is never taken as a generation, nor kept

@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -19,15 +18,10 @@ import (
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/operator/finalizers"
 	"brewlet.sh/brewlet/internal/operator/fleetpause"
-	"brewlet.sh/brewlet/internal/operator/nodeprofile"
+	"brewlet.sh/brewlet/internal/operator/nodereports"
 	"brewlet.sh/brewlet/internal/operator/rollout"
 	"brewlet.sh/brewlet/internal/vocab"
 )
-
-// IndexRuntimeID indexes NodeRuntimes by the runtime IDs their status reports (installed or
-// running containers), so a pass reads only the nodes that report its ID, from the
-// informer cache.
-const IndexRuntimeID = "status.runtimes.id"
 
 // conflictAttempts bounds how often one pass re-reads and re-decides after losing an
 // optimistic-concurrency race before it hands the request back to the rate-limited queue.
@@ -54,7 +48,7 @@ type Reconciler struct {
 	Signatures *SignatureChecker
 	// Beats are the agents' per-node Lease renewals, the nodes' heartbeats, on the
 	// operator's clock (nil: every node counts as not reporting).
-	Beats *HeartbeatClock
+	Beats *nodereports.HeartbeatClock
 
 	// overwritten holds, per RuntimeImage, the resourceVersion its last write by this
 	// reconciler replaced. While the cache still shows that version, a pass would decide
@@ -87,10 +81,6 @@ func (r *Reconciler) write(ri *brewletv1.RuntimeImage, do func() error) error {
 	r.overwritten.Store(ri.Name, from)
 	return nil
 }
-
-// DefaultStaleAfter: an agent renews its Lease every few seconds (a fifth of its lease
-// duration); a minute without renewal means it is gone, not slow.
-const DefaultStaleAfter = time.Minute
 
 // Reconcile brings one RuntimeImage's status and finalizer to what Decide says. Every write
 // carries the resourceVersion the decision was made from; on a conflict the object is read
@@ -140,7 +130,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // unreported or excludes a node from the rotation.
 func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) (time.Duration, error) {
 	reports := &brewletv1.NodeRuntimeList{}
-	if err := r.Client.List(ctx, reports, client.MatchingFields{IndexRuntimeID: ri.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, reports, client.MatchingFields{nodereports.IndexRuntimeID: ri.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return 0, fmt.Errorf("list NodeRuntimes reporting %s: %w", ri.Name, err)
 	}
 	budget, missing, err := r.profileFacts(ctx, ri.Name)
@@ -224,7 +214,7 @@ func (r *Reconciler) profileFacts(ctx context.Context, id string) (int, []string
 				budget = b
 			}
 			if p.Status.NodesWithoutAgentCount > 0 {
-				missing = append(missing, fmt.Sprintf("%s (NodeProfile %s)", nodeprofile.ProblemSummary(p.Status.NodesWithoutAgent, p.Status.NodesWithoutAgentCount), p.Name))
+				missing = append(missing, fmt.Sprintf("%s (NodeProfile %s)", nodereports.ProblemSummary(p.Status.NodesWithoutAgent, p.Status.NodesWithoutAgentCount), p.Name))
 			}
 		}
 	}
@@ -236,7 +226,7 @@ func (r *Reconciler) profileFacts(ctx context.Context, id string) (int, []string
 }
 
 // staleAfter is how long a node's heartbeat may be old before its report is shown as not
-// current (HeartbeatClock.StaleAfter).
+// current (nodereports.HeartbeatClock.StaleAfter).
 func (r *Reconciler) staleAfter() time.Duration { return r.Beats.StaleAfterOrDefault() }
 
 func (r *Reconciler) now() metav1.Time {
@@ -244,34 +234,4 @@ func (r *Reconciler) now() metav1.Time {
 		return r.Now()
 	}
 	return metav1.Now()
-}
-
-// RuntimeIDs is the index function of IndexRuntimeID.
-func RuntimeIDs(o client.Object) []string {
-	nrt, ok := o.(*brewletv1.NodeRuntime)
-	if !ok {
-		return nil
-	}
-	ids := make([]string, 0, len(nrt.Status.Runtimes))
-	for _, e := range nrt.Status.Runtimes {
-		ids = append(ids, e.ID)
-	}
-	for _, t := range nrt.Status.Tasks {
-		if !slices.Contains(ids, t.ID) {
-			ids = append(ids, t.ID)
-		}
-	}
-	return ids
-}
-
-// Requests maps a NodeRuntime to the RuntimeImages it reports. controller-runtime maps
-// both the old and the new object of an update, so an entry a node drops still wakes its
-// RuntimeImage (the finalizer waits for exactly that).
-func Requests(_ context.Context, o client.Object) []reconcile.Request {
-	ids := RuntimeIDs(o)
-	out := make([]reconcile.Request, 0, len(ids))
-	for _, id := range ids {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: id}})
-	}
-	return out
 }

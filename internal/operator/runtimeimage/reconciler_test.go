@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/nodereports"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -41,7 +42,7 @@ func fakeAPI(t *testing.T, objs ...client.Object) (client.Client, func() []write
 	var writes []write
 	c := fake.NewClientBuilder().WithScheme(s).
 		WithStatusSubresource(&brewletv1.RuntimeImage{}, &brewletv1.NodeRuntime{}).
-		WithIndex(&brewletv1.NodeRuntime{}, IndexRuntimeID, RuntimeIDs).
+		WithIndex(&brewletv1.NodeRuntime{}, nodereports.IndexRuntimeID, nodereports.RuntimeIDs).
 		WithObjects(objs...).
 		WithInterceptorFuncs(interceptor.Funcs{
 			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {

@@ -15,6 +15,7 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/operator/fleetpause"
+	"brewlet.sh/brewlet/internal/operator/nodereports"
 )
 
 // ControllerName names the controller in logs and controller-runtime's metrics.
@@ -28,8 +29,8 @@ const ControllerName = "runtimeimage"
 // beats times the agents' Lease renewals, the nodes' heartbeats (a renewal wakes nothing:
 // passes with old containers to show come back every StaleAfter). sigs checks the
 // signatures RuntimeImages require.
-func Setup(ctx context.Context, mgr manager.Manager, skipNameValidation bool, beats *HeartbeatClock, sigs *SignatureChecker) error {
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &brewletv1.NodeRuntime{}, IndexRuntimeID, RuntimeIDs); err != nil {
+func Setup(ctx context.Context, mgr manager.Manager, skipNameValidation bool, beats *nodereports.HeartbeatClock, sigs *SignatureChecker) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &brewletv1.NodeRuntime{}, nodereports.IndexRuntimeID, nodereports.RuntimeIDs); err != nil {
 		return err
 	}
 	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("brewlet-operator"),
@@ -37,7 +38,7 @@ func Setup(ctx context.Context, mgr manager.Manager, skipNameValidation bool, be
 	return builder.ControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&brewletv1.RuntimeImage{}).
-		Watches(&brewletv1.NodeRuntime{}, handler.EnqueueRequestsFromMapFunc(Requests)).
+		Watches(&brewletv1.NodeRuntime{}, handler.EnqueueRequestsFromMapFunc(nodereports.Requests)).
 		// A profile's rollout.maxFailures is the rotation's failure budget.
 		Watches(&brewletv1.NodeProfile{}, handler.EnqueueRequestsFromMapFunc(offered)).
 		// The fleet pause (an annotation on RuntimeClass brewlet) holds every RuntimeImage.

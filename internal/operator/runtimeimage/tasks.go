@@ -5,7 +5,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,16 +20,6 @@ const (
 	MaxObservedNodes   = 50
 	MaxBindingsPerNode = 20
 )
-
-// Heartbeats are the nodes' agent heartbeats: node name -> the last renewal of its agent's
-// coordination Lease. A node absent from the map has no live agent.
-type Heartbeats map[string]time.Time
-
-// Fresh says whether node's agent renewed its heartbeat within staleAfter of now.
-func (h Heartbeats) Fresh(node string, now time.Time, staleAfter time.Duration) bool {
-	t, ok := h[node]
-	return ok && now.Sub(t) <= staleAfter
-}
 
 // observeTasks fills st.TaskObservations, st.OmittedNodes and the OldGenerationTasks
 // condition: per node, the containers of this runtime ID that run a generation older than
