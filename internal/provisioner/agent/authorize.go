@@ -8,9 +8,6 @@ import (
 	"os"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/provisioner/install"
@@ -22,86 +19,79 @@ import (
 // its state; report is false for an ID the node never authorized (a directory a shim made
 // for an unknown ID), which the status does not list. The error is a revocation (or
 // writer check) that failed: the pass must not open the fence. acted records IDs whose
-// OnDemand request an install answers.
+// OnDemand request an install answers. The decisions are plan.go's; apply reads and writes.
 func (a *Agent) apply(ctx context.Context, t Target, confirmed time.Time, acted map[string]bool) (e brewletv1.NodeRuntimeEntry, report bool, err error) {
-	e = brewletv1.NodeRuntimeEntry{ID: t.ID, Epoch: types.UID(t.Epoch), Generation: t.Generation}
+	f := a.facts(t)
 	if t.Revoke {
 		a.jobs.cancel(t.ID, nil) // a revoked ID's install stops
-		_, known := a.states[t.ID]
-		written, err := a.revoke(t.ID, t.Message)
-		e.State, e.Reason, e.Message = string(vocab.StateRevoked), string(t.Reason), t.Message
-		if t.Reason != vocab.ReasonRuntimeImageRevoked && t.Reason != vocab.ReasonUnknownRuntimeImage {
-			e.State = string(vocab.StateInstalling)
+		p := PlanRevocation(t, f)
+		if p.Write {
+			err = a.writeRevocation(t.ID, t.Message)
 		}
-		return e, known || written, err
+		return p.Entry, p.Report, err
 	}
-	cur, cerr := a.Layout.Current(t.ID)
-	have := cerr == nil && cur.Epoch == t.Epoch && cur.Generation >= t.Generation
-	onDemand := t.Install == string(vocab.InstallOnDemand)
-	var failed *brewletv1.NodeRuntimeEntry
-	if have || t.Image == "" {
-		a.jobs.cancel(t.ID, nil) // nothing to install (a held-back rollout wave, or done)
-	} else {
-		req := install.Request{ID: t.ID, Epoch: t.Epoch, Generation: t.Generation, Image: t.Image, UID: t.UID, GID: t.GID, Verification: t.Verification}
-		a.jobs.cancel(t.ID, &req) // an install of another generation is superseded
-		running, last := a.jobs.state(req)
-		wanted := !onDemand || a.Layout.InstallRequested(t.ID)
-		if !running && wanted && (last == nil || RetryDue(last.err, last.at, time.Now(), a.retryPause())) {
-			if err := a.mayWrite(); err != nil {
-				return e, true, err
-			}
-			running = a.jobs.start(ctx, req, a.install)
+	step := PlanInstall(t, f, time.Now(), a.retryPause())
+	a.jobs.cancel(t.ID, step.Request) // an install of another generation, or none wanted, stops
+	running := f.Running
+	if step.Start {
+		if err := a.mayWrite(); err != nil {
+			return entryOf(t), true, err
 		}
+		running = a.jobs.start(ctx, *step.Request, a.install)
+	}
+	if step.Request != nil {
 		acted[t.ID] = running
-		if !running && last != nil && last.err != nil {
-			reason := string(reasonOr(last.err, vocab.ReasonRuntimeImagePullFailed))
-			if cerr != nil || cur.Epoch != t.Epoch {
-				e.State, e.Reason, e.Message = string(vocab.StateFailed), reason, last.err.Error()
-				if install.Refused(last.err) {
-					e.FailedGeneration = t.Generation
-				}
-				return e, true, a.withdrawIfOtherEpoch(t)
+	}
+	p := PlanEntry(t, f, step, running, confirmed.Add(a.ttl()))
+	if p.Withdraw {
+		if err := a.withdraw(t.ID); err != nil {
+			if p.Entry.State != string(vocab.StateFailed) {
+				p.Entry.State, p.Entry.Reason, p.Entry.Message = string(vocab.StateFailed), string(vocab.ReasonRuntimeImageNotInstalled), err.Error()
+				p.Entry.AuthorizedUntil = nil
 			}
-			// The refused generation never becomes current; the one in use stays served.
-			failed = &brewletv1.NodeRuntimeEntry{Reason: reason,
-				Message: fmt.Sprintf("generation %d refused, generation %d stays in use: %v", t.Generation, cur.Generation, last.err)}
-			if install.Refused(last.err) {
-				failed.FailedGeneration = t.Generation
-			}
+			return p.Entry, true, err
 		}
 	}
-	if cerr != nil || cur.Epoch != t.Epoch { // nothing of this epoch installed yet
-		if err := a.withdrawIfOtherEpoch(t); err != nil {
-			return e, true, err
-		}
-		if !onDemand {
-			e.State = string(vocab.StateInstalling)
-			return e, true, nil
-		}
-		// Offered on first use: authorize the ID so the shim may ask for the install.
-		e.State = string(vocab.StateAvailable)
-		if err := a.authorize(hoststate.Authorization{ID: t.ID, Epoch: t.Epoch, Generation: t.Generation, OnDemand: true}, confirmed); err != nil {
+	if p.Authorize != nil {
+		if err := a.authorize(*p.Authorize, confirmed); err != nil {
+			e := entryOf(t)
 			e.State, e.Reason, e.Message = string(vocab.StateFailed), string(vocab.ReasonRuntimeImageNotInstalled), err.Error()
 			return e, true, notWriter(err)
 		}
-		return e, true, nil
 	}
-	g, err := a.Layout.ReadGeneration(t.ID, cur)
-	if err != nil {
-		e.State, e.Reason, e.Message = string(vocab.StateFailed), string(vocab.ReasonRuntimeImageNotInstalled), err.Error()
-		return e, true, nil
+	return p.Entry, true, nil
+}
+
+// facts reads what the node holds about t: its current generation, authorization, install
+// request and the install worker's state.
+func (a *Agent) facts(t Target) Facts {
+	f := Facts{}
+	_, f.Known = a.states[t.ID]
+	if cur, err := a.Layout.Current(t.ID); err == nil {
+		f.Current, f.HasCurrent = cur, true
+		if cur.Epoch == t.Epoch {
+			if g, err := a.Layout.ReadGeneration(t.ID, cur); err != nil {
+				f.DigestErr = err
+			} else {
+				f.Digest = g.Digest
+			}
+		}
 	}
-	auth := hoststate.Authorization{ID: t.ID, Epoch: cur.Epoch, Generation: cur.Generation, Digest: g.Digest}
-	if err := a.authorize(auth, confirmed); err != nil {
-		e.State, e.Reason, e.Message = string(vocab.StateFailed), string(vocab.ReasonRuntimeImageNotInstalled), err.Error()
-		return e, true, notWriter(err)
+	f.Auth, f.AuthErr = a.Layout.ReadAuthorization(t.ID)
+	f.AuthExists = f.AuthErr == nil
+	if f.AuthErr != nil {
+		_, serr := os.Lstat(a.Layout.AuthorizationFile(t.ID))
+		f.AuthExists = !errors.Is(serr, fs.ErrNotExist)
 	}
-	until := metav1.NewTime(confirmed.Add(a.ttl()).Truncate(time.Second))
-	e.State, e.Generation, e.Digest, e.AuthorizedUntil = string(vocab.StateReady), cur.Generation, g.Digest, &until
-	if failed != nil {
-		e.Reason, e.Message, e.FailedGeneration = failed.Reason, failed.Message, failed.FailedGeneration
+	if !t.Revoke && t.Image != "" {
+		running, last := a.jobs.state(requestOf(t))
+		f.Running = running
+		if last != nil {
+			f.HasLast, f.LastErr, f.LastAt = true, last.err, last.at
+		}
 	}
-	return e, true, nil
+	f.Requested = t.Install == string(vocab.InstallOnDemand) && a.Layout.InstallRequested(t.ID)
+	return f
 }
 
 // notWriter passes a lost lease on to the pass; other write failures are reported per ID.
@@ -127,38 +117,25 @@ func (a *Agent) authorize(auth hoststate.Authorization, confirmed time.Time) err
 	return a.Layout.WriteAuthorization(auth)
 }
 
-// revoke writes a revoked authorization for an ID that has one, once: a revocation already
-// on disk with the same reason is left as it is (no rewrite every pass). An unreadable
-// authorization is replaced by a revocation. written reports whether the ID had one.
-func (a *Agent) revoke(id, why string) (written bool, err error) {
-	old, rerr := a.Layout.ReadAuthorization(id)
-	if rerr != nil {
-		if _, serr := os.Lstat(a.Layout.AuthorizationFile(id)); errors.Is(serr, fs.ErrNotExist) {
-			return false, nil // never authorized here: nothing to withdraw
-		}
-	} else if old.Revoked && old.Reason == why {
-		return true, nil
-	}
+// writeRevocation writes a revoked authorization for id with reason why.
+func (a *Agent) writeRevocation(id, why string) error {
 	if err := a.mayWrite(); err != nil {
-		return true, err
+		return err
 	}
 	if err := a.Layout.WriteAuthorization(hoststate.Authorization{ID: id, Revoked: true, Reason: why, Node: a.NodeName}); err != nil {
-		return true, fmt.Errorf("revoke %s: %w", id, err)
-	}
-	return true, nil
-}
-
-// withdrawIfOtherEpoch revokes an authorization left from an older epoch: nothing of an old
-// epoch is trusted for the new one.
-func (a *Agent) withdrawIfOtherEpoch(t Target) error {
-	if old, err := a.Layout.ReadAuthorization(t.ID); err == nil && old.Epoch != t.Epoch && !old.Revoked {
-		if err := a.mayWrite(); err != nil {
-			return err
-		}
-		return a.Layout.WriteAuthorization(hoststate.Authorization{ID: t.ID, Revoked: true, Node: a.NodeName,
-			Reason: "the RuntimeImage was recreated (new epoch) and its first generation is not installed yet"})
+		return fmt.Errorf("revoke %s: %w", id, err)
 	}
 	return nil
+}
+
+// withdraw revokes an authorization left from an older epoch: nothing of an old epoch is
+// trusted for the new one.
+func (a *Agent) withdraw(id string) error {
+	if err := a.mayWrite(); err != nil {
+		return err
+	}
+	return a.Layout.WriteAuthorization(hoststate.Authorization{ID: id, Revoked: true, Node: a.NodeName,
+		Reason: "the RuntimeImage was recreated (new epoch) and its first generation is not installed yet"})
 }
 
 func installOutcome(err error) string {
