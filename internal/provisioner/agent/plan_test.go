@@ -16,7 +16,7 @@ var (
 	eager   = Target{ID: "py", Install: string(vocab.InstallEager), Epoch: "e1", Generation: 2, Image: "reg/py@sha256:2"}
 	lazy    = Target{ID: "py", Install: string(vocab.InstallOnDemand), Epoch: "e1", Generation: 2, Image: "reg/py@sha256:2"}
 	serving = Facts{Current: hoststate.Ref{Epoch: "e1", Generation: 1}, HasCurrent: true, Digest: "sha256:1"}
-	pullErr = errors.New("connection reset")
+	errPull = errors.New("connection reset")
 	refusal = vocab.Errorf(vocab.ReasonLayerPathViolation, "entry ../x")
 )
 
@@ -68,8 +68,8 @@ func TestPlanInstall(t *testing.T) {
 		{"eager, already running", eager, Facts{Running: true}, true, false},
 		{"on demand, not asked for", lazy, Facts{}, true, false},
 		{"on demand, asked for", lazy, Facts{Requested: true}, true, true},
-		{"pull failed, pause not over", eager, Facts{HasLast: true, LastErr: pullErr, LastAt: t0.Add(-pause / 2)}, true, false},
-		{"pull failed, pause over", eager, Facts{HasLast: true, LastErr: pullErr, LastAt: t0.Add(-pause)}, true, true},
+		{"pull failed, pause not over", eager, Facts{HasLast: true, LastErr: errPull, LastAt: t0.Add(-pause / 2)}, true, false},
+		{"pull failed, pause over", eager, Facts{HasLast: true, LastErr: errPull, LastAt: t0.Add(-pause)}, true, true},
 		{"content refused: never again", eager, Facts{HasLast: true, LastErr: refusal, LastAt: t0.Add(-time.Hour)}, true, false},
 		{"cancelled: at once", eager, Facts{HasLast: true, LastErr: context.Canceled, LastAt: t0}, true, true},
 		{"other epoch installed", eager, Facts{Current: hoststate.Ref{Epoch: "e0", Generation: 9}, HasCurrent: true}, true, true},
@@ -92,7 +92,7 @@ func TestPlanEntry(t *testing.T) {
 	otherEpoch := Facts{AuthExists: true, Auth: hoststate.Authorization{ID: "py", Epoch: "e0"}}
 	failedFresh := Facts{HasLast: true, LastErr: refusal, AuthExists: true, Auth: hoststate.Authorization{Epoch: "e0"}}
 	failedServing := serving
-	failedServing.HasLast, failedServing.LastErr = true, pullErr
+	failedServing.HasLast, failedServing.LastErr = true, errPull
 	unreadable := serving
 	unreadable.DigestErr = errors.New("generation record unreadable")
 	for _, c := range []struct {
