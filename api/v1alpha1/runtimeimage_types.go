@@ -21,7 +21,8 @@ type RuntimeImageSpec struct {
 	// +kubebuilder:validation:MaxLength=1024
 	Description string `json:"description,omitempty"`
 
-	// Compatibility is informational: what applications on this ID may rely on.
+	// Compatibility describes what applications on this ID may rely on, and names the one
+	// digest accepted as breaking it (acceptBreaking).
 	// +optional
 	Compatibility *Compatibility `json:"compatibility,omitempty"`
 
@@ -123,6 +124,14 @@ type Compatibility struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	ABI string `json:"abi,omitempty"`
+	// AcceptBreaking names the one digest (sha256:...) a node may install although it
+	// removes or changes what the generation the node serves promised (its version line,
+	// user, PATH and executables, libraries, interpreters or environment; docs/rotation.md).
+	// Every other digest that breaks the promise is refused (RuntimePromiseBroken), so a
+	// later digest is checked again.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^sha256:[a-f0-9]{64}$`
+	AcceptBreaking string `json:"acceptBreaking,omitempty"`
 }
 
 // RuntimeImageStatus is written by the operator.

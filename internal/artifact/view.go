@@ -130,6 +130,29 @@ func (v *View) Lookup(p string) (Entry, bool) {
 	return n.entry, true
 }
 
+// Children returns the names directly below directory p, sorted: entries, and the
+// directories no layer lists but that hold entries (a tar stream may omit parents).
+func (v *View) Children(p string) []string {
+	n, ok := v.nodes[p]
+	if !ok {
+		return nil
+	}
+	out := make([]string, 0, len(n.kids))
+	for k := range n.kids {
+		if c := v.nodes[k]; c.real || len(c.kids) > 0 {
+			out = append(out, path.Base(k))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Implied reports whether p is a directory only by holding entries: no layer lists it.
+func (v *View) Implied(p string) bool {
+	n, ok := v.nodes[p]
+	return ok && !n.real && len(n.kids) > 0
+}
+
 // Entries calls fn for every entry of the view in path order.
 func (v *View) Entries(fn func(Entry)) {
 	paths := make([]string, 0, len(v.nodes))

@@ -23,7 +23,7 @@ import (
 
 func newRuntimeCmd() *cobra.Command {
 	c := &cobra.Command{Use: "runtime", Short: "Work with runtime (golden) images"}
-	c.AddCommand(newRuntimeBuildCmd(), newRuntimeSignCmd(), newRuntimeKeygenCmd())
+	c.AddCommand(newRuntimeBuildCmd(), newRuntimeDiffCmd(), newRuntimeSignCmd(), newRuntimeKeygenCmd())
 	return c
 }
 

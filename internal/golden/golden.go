@@ -32,6 +32,7 @@ const (
 type Root struct {
 	view  *artifact.View
 	files map[string][]byte // captured account files
+	dirs  []string          // the extracted layers, lowest first (IndexDirLayersContext)
 }
 
 // IndexTarLayers composes uncompressed runtime layers, lowest first, as the node's
@@ -103,7 +104,7 @@ func IndexTarLayers(layers []io.Reader) (*Root, error) {
 // the layers exceed artifact.DefaultLimits.
 func IndexDirLayersContext(ctx context.Context, dirs []string) (*Root, error) {
 	b := artifact.NewBudget(ctx, artifact.DefaultLimits())
-	r := &Root{view: artifact.NewView(), files: map[string][]byte{}}
+	r := &Root{view: artifact.NewView(), files: map[string][]byte{}, dirs: dirs}
 	for i, d := range dirs {
 		where := fmt.Sprintf("runtime layer %d", i+1)
 		entries, err := artifact.DirEntries(d, b, where)

@@ -93,8 +93,11 @@ const (
 	ReasonLimitExceeded Reason = "LimitExceeded"
 
 	// Runtime (golden) image validation and installation (CLI, provisioner).
-	ReasonInvalidRuntimePath     Reason = "InvalidRuntimePath"
-	ReasonInvalidAccountFiles    Reason = "InvalidAccountFiles"
+	ReasonInvalidRuntimePath  Reason = "InvalidRuntimePath"
+	ReasonInvalidAccountFiles Reason = "InvalidAccountFiles"
+	// RuntimePromiseBroken: a runtime image removes or changes what the one before it under
+	// the same ID promised its applications (internal/promise; docs/rotation.md).
+	ReasonRuntimePromiseBroken   Reason = "RuntimePromiseBroken"
 	ReasonPrivilegedRuntimeFile  Reason = "PrivilegedRuntimeFile"
 	ReasonPlatformUnavailable    Reason = "PlatformUnavailable"
 	ReasonDigestMismatch         Reason = "DigestMismatch"

@@ -51,6 +51,20 @@ func TestCRDValidation(t *testing.T) {
 		}
 	})
 
+	t.Run("RuntimeImage accepts only a digest as breaking its promise", func(t *testing.T) {
+		with := func(name, accept string) *brewletv1.RuntimeImage {
+			ri := kit.RuntimeImage(name, "registry.example/py@"+kit.GoodDigest)
+			ri.Spec.Compatibility = &brewletv1.Compatibility{AcceptBreaking: accept}
+			return ri
+		}
+		for _, bad := range []string{"latest", "registry.example/py@" + kit.GoodDigest, "sha256:ABCDEF", "sha512:" + strings.Repeat("a", 64)} {
+			kit.ExpectDenied(t, c.Create(ctx, with("accept-bad", bad)), "should match")
+		}
+		if err := c.Create(ctx, with("accept-digest", kit.GoodDigest)); err != nil {
+			t.Fatalf("a digest accepted as breaking refused: %v", err)
+		}
+	})
+
 	t.Run("RuntimeImage name is a runtime ID", func(t *testing.T) {
 		kit.ExpectDenied(t, c.Create(ctx, kit.RuntimeImage(strings.Repeat("a", 56), "registry.example/py@"+kit.GoodDigest)), "at most 55 characters")
 		// Kubernetes' own name rules already refuse '@', ':' and '/'; a name with

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"brewlet.sh/brewlet/internal/hoststate"
+	"brewlet.sh/brewlet/internal/provisioner/install"
+	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework"
 	"brewlet.sh/brewlet/test/kit"
 )
@@ -18,7 +22,10 @@ import (
 // The local runtimes are real: built from Debian packages by hack/runtimes.sh, pushed to
 // a real registry; the two generations of each runtime (Debian's release version and its
 // security update) share their base layer and differ in the runtime's own packages and the
-// metadata layer, and the interpreter runs from the image's root filesystem.
+// metadata layer, and the interpreter runs from the image's root filesystem. The CLI's
+// runtime diff reads what each generation promises from the images themselves, and an
+// installer refuses another runtime family as the next generation unless it is accepted.
+// (The security update keeping the promise on a node: TestInstallGenerations.)
 func TestLocalRuntimes(t *testing.T) {
 	framework.RequireRoot(t)
 	reg := framework.StartRegistry(t)
@@ -79,5 +86,60 @@ func TestLocalRuntimes(t *testing.T) {
 	b, err := run.CombinedOutput()
 	if err != nil || !strings.Contains(string(b), "/usr/bin/python3 10001 BREWLET_RUNTIME_GENERATION=1") {
 		t.Fatalf("python from the runtime image: %v: %s", err, b)
+	}
+
+	// What each generation promises, read from the images by the CLI: a security update of
+	// the same interpreter keeps the promise; another runtime family under the same ID
+	// would break it, and the diff says how.
+	cli := kit.BuildCLI(t)
+	out, errOut, code := kit.Brewlet(t, cli, "runtime", "diff", refs["python1"], refs["python2"], "-o", "json")
+	var diff struct {
+		Old, New struct {
+			Lines   map[string]string
+			Account struct{ User string }
+			Path    []struct{ Executables []string }
+		}
+		Breaking bool
+	}
+	if err := json.Unmarshal([]byte(out), &diff); err != nil || code != 0 || diff.Breaking {
+		t.Fatalf("runtime diff python1 python2: exit %d, %v\n%s\n%s", code, err, out, errOut)
+	}
+	if diff.Old.Lines["python"] != "3.11" || diff.New.Lines["python"] != "3.11" || diff.Old.Account.User != "app" || len(diff.Old.Path) == 0 {
+		t.Fatalf("the manifests read: %+v", diff)
+	}
+	out, errOut, code = kit.Brewlet(t, cli, "runtime", "diff", refs["python1"], refs["node-18-1"])
+	for _, want := range []string{"BREAKING", "line python removed", "python3 removed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("runtime diff python1 node-18-1 does not say %q:\n%s", want, out)
+		}
+	}
+	if code != 1 || !strings.Contains(errOut, string(vocab.ReasonRuntimePromiseBroken)) {
+		t.Fatalf("runtime diff python1 node-18-1: exit %d, %s", code, errOut)
+	}
+
+	// A node holds the same promise: the Node.js runtime as generation 2 of python-3.11 is
+	// refused before current moves, unless the RuntimeImage names that digest as breaking.
+	l := hoststate.Under(t.TempDir())
+	in := &install.Installer{Layout: l, Trust: framework.RegistryTrust(t), Platform: kit.LinuxAMD64}
+	req := func(gen int64, image string) install.Request {
+		return install.Request{ID: "python-3.11", Epoch: "0b9c8d7e-6f5a-4b3c-8d2e-000000000043", Generation: gen, Image: image, UID: 10001, GID: 10001}
+	}
+	if _, err := in.Install(t.Context(), req(1, refs["python1"])); err != nil {
+		t.Fatal(err)
+	}
+	_, err = in.Install(t.Context(), req(2, refs["node-18-1"]))
+	if vocab.ReasonOf(err) != vocab.ReasonRuntimePromiseBroken || !strings.Contains(err.Error(), "line python removed") {
+		t.Fatalf("another runtime family as generation 2: %v", err)
+	}
+	if cur, err := l.Current("python-3.11"); err != nil || cur.Generation != 1 {
+		t.Fatalf("current %+v %v after the refusal; want generation 1", cur, err)
+	}
+	accepted := req(2, refs["node-18-1"])
+	_, accepted.AcceptBreaking, _ = strings.Cut(refs["node-18-1"], "@")
+	if _, err := in.Install(t.Context(), accepted); err != nil {
+		t.Fatalf("generation 2 accepted as breaking: %v", err)
+	}
+	if cur, err := l.Current("python-3.11"); err != nil || cur.Generation != 2 {
+		t.Fatalf("current %+v %v; want generation 2", cur, err)
 	}
 }

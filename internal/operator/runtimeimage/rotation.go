@@ -50,6 +50,7 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 	var excluded []brewletv1.ExcludedNode
 	stuck := 0
 	reporting := 0
+	firstFailure := "" // what the first failing node says of the target: why it halts
 	target := rollout.Target{Epoch: ri.UID, Generation: st.Generation, Digest: st.Digest}
 	for i := range reports {
 		for _, e := range reports[i].Status.Runtimes {
@@ -73,6 +74,9 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 				reason := e.Reason
 				if reason == "" {
 					reason = string(vocab.StateFailed)
+				}
+				if firstFailure == "" && e.Message != "" {
+					firstFailure = reports[i].Name + " reports: " + boundedMessage(e.Message)
 				}
 				excluded = append(excluded, brewletv1.ExcludedNode{Name: reports[i].Name, UID: boundedUID(reports[i].Status.NodeUID), Reason: reason, Generation: e.Generation})
 			}
@@ -104,6 +108,9 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonRotationHalted)
 		prog.Message = fmt.Sprintf("%d node(s) failed generation %d, more than rollout.maxFailures=%d: no further node installs it, the others keep their generation; a new digest resumes. Failing: %s",
 			counts.Failed, g, maxFailures, failing(excluded, rot.ExcludedNodes))
+		if firstFailure != "" {
+			prog.Message += ". " + firstFailure
+		}
 	case !done && ri.Spec.Paused:
 		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonRotationPaused)
 		prog.Message = fmt.Sprintf("spec.paused holds the rotation: %d of %d node(s) serve generation %d, no further node is allowed it and no workload restart starts; set spec.paused to false to resume",
@@ -185,4 +192,15 @@ func nameMissingAgents(st *brewletv1.RuntimeImageStatus, missing []string) {
 			c.Message += note
 		}
 	}
+}
+
+// maxFailureMessage bounds a node's failure message quoted in a condition: the node wrote
+// it, and one node's words must not crowd out the rest of the status.
+const maxFailureMessage = 2048
+
+func boundedMessage(m string) string {
+	if len(m) > maxFailureMessage {
+		return strings.ToValidUTF8(m[:maxFailureMessage], "") + "…"
+	}
+	return m
 }

@@ -387,3 +387,31 @@ func FuzzRotationReport(f *testing.F) {
 		}
 	})
 }
+
+// A halt quotes what the first failing node says of the target (for a broken promise, the
+// diff), bounded, in the condition and so in its event.
+func TestRotationHaltSaysWhy(t *testing.T) {
+	broken := at(2, vocab.StateFailed, string(vocab.ReasonRuntimePromiseBroken))
+	broken.FailedGeneration, broken.Generation, broken.State = 2, 1, string(vocab.StateReady)
+	broken.Message = "runtime python-3.12 generation 2 breaks what generation 1 promised: line python changed: \"3.12\" -> \"3.13\""
+	long := broken
+	long.Message = strings.Repeat("x", 10*maxFailureMessage)
+	d := Decide(ri(finalized, image(repo+dB), status(uid, 2, dB)), []brewletv1.NodeRuntime{report("a", broken), report("b", long)}, 0, allFresh, noneSilent, "", Verdicts{}, t1)
+	c := meta.FindStatusCondition(d.Status.Conditions, string(vocab.ConditionRotationProgressing))
+	if c == nil || c.Reason != string(vocab.ReasonRotationHalted) || !strings.Contains(c.Message, "a reports: "+broken.Message) ||
+		!strings.Contains(c.Message, "a: RuntimePromiseBroken") || len(c.Message) > 2*maxFailureMessage {
+		t.Fatalf("halted condition %+v", c)
+	}
+	var halted []Event
+	for _, e := range d.Events {
+		if e.Reason == vocab.ReasonRotationHalted {
+			halted = append(halted, e)
+		}
+	}
+	if len(halted) != 1 || !strings.Contains(halted[0].Message, `line python changed`) {
+		t.Fatalf("events %+v", d.Events)
+	}
+	if got := boundedMessage(long.Message); len(got) > maxFailureMessage+len("…") {
+		t.Fatalf("bounded to %d bytes", len(got))
+	}
+}

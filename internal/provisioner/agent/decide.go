@@ -50,9 +50,11 @@ type Target struct {
 	UID, GID   int64
 	// Verification: the RuntimeImage's spec.verification (install.VerificationOf).
 	Verification string
-	Revoke       bool // withdraw: labels off, authorization revoked
-	Reason       vocab.Reason
-	Message      string
+	// AcceptBreaking: the digest spec.compatibility.acceptBreaking accepts ("": none).
+	AcceptBreaking string
+	Revoke         bool // withdraw: labels off, authorization revoked
+	Reason         vocab.Reason
+	Message        string
 }
 
 // Targets decides, per ID the profile offers and per ID the node still holds, whether to
@@ -123,6 +125,9 @@ func target(id string, offered map[string]string, ri *brewletv1.RuntimeImage, d 
 	}
 	t.Epoch, t.Generation, t.UID, t.GID = string(ri.UID), st.Generation, ri.Spec.User.UID, ri.Spec.User.GID
 	t.Verification = install.VerificationOf(ri.Spec.Verification)
+	if c := ri.Spec.Compatibility; c != nil {
+		t.AcceptBreaking = c.AcceptBreaking
+	}
 	if d.ID == "" && st.Generation > 1 && !rotationCompleted(st) {
 		// brewlet-operator has written no directive for this ID on this node yet (a node that
 		// just joined the pool, an operator that is down). A generation the fleet has not

@@ -143,6 +143,26 @@ func TestTargets(t *testing.T) {
 	}
 }
 
+// The digest a RuntimeImage accepts as breaking reaches the install request, and nothing
+// else does.
+func TestTargetsCarryTheAcceptedDigest(t *testing.T) {
+	const dg = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
+	r := &brewletv1.RuntimeImage{ObjectMeta: metav1.ObjectMeta{Name: "py", UID: "u1"},
+		Spec: brewletv1.RuntimeImageSpec{Source: brewletv1.RuntimeImageSource{Image: "reg/rt/py@" + dg}, User: brewletv1.RuntimeUser{UID: 10, GID: 11},
+			Compatibility: &brewletv1.Compatibility{AcceptBreaking: dg}},
+		Status: brewletv1.RuntimeImageStatus{Epoch: "u1", Generation: 1, Digest: dg,
+			Conditions: []metav1.Condition{{Type: "Approved", Status: metav1.ConditionTrue}}}}
+	p := profile("a", "general")
+	ts := Targets(&p, map[string]*brewletv1.RuntimeImage{"py": r}, brewletv1.NodeRuntimeSpec{}, nil)
+	if len(ts) != 1 || ts[0].AcceptBreaking != dg || requestOf(ts[0]).AcceptBreaking != dg {
+		t.Fatalf("targets %+v", ts)
+	}
+	r.Spec.Compatibility = nil
+	if ts := Targets(&p, map[string]*brewletv1.RuntimeImage{"py": r}, brewletv1.NodeRuntimeSpec{}, nil); ts[0].AcceptBreaking != "" {
+		t.Fatalf("targets %+v", ts)
+	}
+}
+
 func TestLabels(t *testing.T) {
 	got := Labels(map[string]vocab.RuntimeState{"py": vocab.StateReady, "jre": vocab.StateAvailable, "node": vocab.StateFailed})
 	want := map[string]string{"node-restriction.kubernetes.io/brewlet": "ready", "brewlet.sh/runtime": "ready", "node-restriction.kubernetes.io/brewlet.py": "ready", "node-restriction.kubernetes.io/brewlet.jre": "available"}

@@ -89,6 +89,9 @@ type Request struct {
 	// Verification is the RuntimeImage's spec.verification (VerificationOf; "": none). The
 	// cluster's keys are the Installer's SignatureKeys.
 	Verification string
+	// AcceptBreaking is the digest the RuntimeImage accepts as breaking the promise of the
+	// generation the node serves (keepsPromise; "": none).
+	AcceptBreaking string
 }
 
 // Result reports what an install did.
@@ -290,6 +293,9 @@ func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Dige
 	}
 	v, err := golden.Validate(root, cf.Config.Env, golden.User{UID: req.UID, GID: req.GID})
 	if err != nil {
+		return nil, err
+	}
+	if err := in.keepsPromise(ctx, req, ref.DigestStr(), root, cf.Config.Env); err != nil {
 		return nil, err
 	}
 	ph.mark("validate")
