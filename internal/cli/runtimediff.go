@@ -86,8 +86,8 @@ not. Exits 0 when NEW keeps OLD's promise and 1 with RuntimePromiseBroken when i
 	}
 	c.Flags().StringVarP(&o.output, "output", "o", "text", "text or json")
 	c.Flags().StringVar(&o.platform, "platform", "linux/"+runtime.GOARCH, "the platform of a multi-platform image to compare")
-	c.Flags().Int64Var(&o.uid, "uid", 0, "the user applications run as (default: the image config's user)")
-	c.Flags().Int64Var(&o.gid, "gid", 0, "the group applications run as (default: the image config's group)")
+	c.Flags().Int64Var(&o.uid, "uid", 0, "the user applications run as: the RuntimeImage's spec.user.uid (default: the image config's user, which runtime images built by brewlet runtime build leave unset)")
+	c.Flags().Int64Var(&o.gid, "gid", 0, "the group applications run as: the RuntimeImage's spec.user.gid (default: the image config's group)")
 	c.Flags().BoolVar(&o.insecure, "insecure", false, "allow plain HTTP to a non-loopback registry")
 	return c
 }

@@ -92,7 +92,8 @@ func TestLocalRuntimes(t *testing.T) {
 	// the same interpreter keeps the promise; another runtime family under the same ID
 	// would break it, and the diff says how.
 	cli := kit.BuildCLI(t)
-	out, errOut, code := kit.Brewlet(t, cli, "runtime", "diff", refs["python1"], refs["python2"], "-o", "json")
+	// The runtime's user is the RuntimeImage's spec.user; the images' configs name none.
+	out, errOut, code := kit.Brewlet(t, cli, "runtime", "diff", refs["python1"], refs["python2"], "-o", "json", "--uid", "10001", "--gid", "10001")
 	var diff struct {
 		Old, New struct {
 			Lines   map[string]string
@@ -107,7 +108,7 @@ func TestLocalRuntimes(t *testing.T) {
 	if diff.Old.Lines["python"] != "3.11" || diff.New.Lines["python"] != "3.11" || diff.Old.Account.User != "app" || len(diff.Old.Path) == 0 {
 		t.Fatalf("the manifests read: %+v", diff)
 	}
-	out, errOut, code = kit.Brewlet(t, cli, "runtime", "diff", refs["python1"], refs["node-18-1"])
+	out, errOut, code = kit.Brewlet(t, cli, "runtime", "diff", refs["python1"], refs["node-18-1"], "--uid", "10001", "--gid", "10001")
 	for _, want := range []string{"BREAKING", "line python removed", "python3 removed"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("runtime diff python1 node-18-1 does not say %q:\n%s", want, out)
