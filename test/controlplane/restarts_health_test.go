@@ -109,3 +109,51 @@ func TestRotationRestartsHaltWhenTheCanaryFails(t *testing.T) {
 		t.Errorf("restartsHalted %+v after a new digest", h)
 	}
 }
+
+// A pod of the restarted template crash-looping fails the restart within seconds, long
+// before its progress deadline (here 10 minutes): the kubelet's status is all it takes.
+func TestRotationRestartFailsOnACrashLoop(t *testing.T) {
+	w := startRestartWorld(t, 1, 10*time.Minute, "--rotation-restart-max-failures=0")
+	ctx, c := context.Background(), w.cp.Client
+	epoch := w.approve(t)
+	web := restartDeployment("web", true)
+	web.Spec.MinReadySeconds = 3600 // the rollout never finishes on its own
+	web.Spec.ProgressDeadlineSeconds = ptr.To[int32](7200)
+	kit.Must(t, c.Create(ctx, web))
+	w.waitRunning(t, 2)
+	w.report(t, 1, epoch)
+	w.rotate(t, 2, 2)
+	w.follow(t, func() { w.reportState(t, 2, epoch, vocab.StateReady) }, "Deployment/web=InProgress")
+
+	// A pod of the new template crash-loops, as the kubelet would report it.
+	var crashed string
+	kit.Eventually(t, time.Minute, "a pod of the restarted template crash-looping", func() (bool, string) {
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.InNamespace(restartNS), client.MatchingLabels{"app": "web"}); err != nil {
+			return false, err.Error()
+		}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Annotations[vocab.AnnotationRotatedToGeneration] == "" || p.Status.Phase != corev1.PodRunning {
+				continue
+			}
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", RestartCount: 3, Image: p.Spec.Containers[0].Image,
+				State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 40s restarting failed container"}},
+				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}}}
+			if err := c.Status().Update(ctx, p); err != nil {
+				return false, err.Error()
+			}
+			crashed = p.Name
+			return true, ""
+		}
+		return false, fmt.Sprintf("%d pods, none of the new template running", len(pods.Items))
+	})
+	start := time.Now()
+	w.follow(t, func() { w.reportState(t, 2, epoch, vocab.StateReady) }, "Deployment/web=Failed")
+	for _, r := range getRI(t, c, "python").Status.Rotation.Restarts {
+		if r.Reason != restarts.ReasonPodsFailing || !strings.Contains(r.Message, crashed) || !strings.Contains(r.Message, "crash-looping") {
+			t.Fatalf("restart %+v, want PodsFailing naming %s", r, crashed)
+		}
+	}
+	t.Logf("the crash loop failed the restart %s after the kubelet reported it", time.Since(start).Round(time.Second))
+}

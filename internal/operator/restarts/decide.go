@@ -95,6 +95,12 @@ type Pod struct {
 	UID     types.UID
 	Node    string // "" while unscheduled
 	Created time.Time
+	// Barrier is the pod's barrier annotation: the template it was made from.
+	Barrier string
+	// Failing says how the pod fails ("": it does not, or not yet), from its status:
+	// a container crash-looping or exited with an error, or the pod not ready for longer
+	// than the readiness grace (health.go).
+	Failing string
 }
 
 // Policy is the chart's operator.rotationRestarts.
@@ -287,6 +293,7 @@ func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.Wo
 			if rec.StartedAt == nil {
 				rec.StartedAt = &metav1.Time{Time: now}
 			}
+			failing := failingPod(w, t)
 			switch {
 			case w.RolledOut:
 				rec.Outcome, rec.Message = OutcomeSucceeded, fmt.Sprintf("every pod runs %s generation %d", t.ID, t.Generation)
@@ -295,6 +302,10 @@ func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.Wo
 				// drained, a probe failing) is the workload's own business, and a failure
 				// stays reported; neither takes a slot again for this target.
 				rec.Outcome, rec.Reason, rec.Message = old.Outcome, old.Reason, old.Message
+			case failing != "":
+				// A pod of the new template failing is the answer: the deadline is the last resort.
+				rec.Outcome, rec.Reason = OutcomeFailed, ReasonPodsFailing
+				rec.Message = fmt.Sprintf("%s on %s generation %d; its slot is freed. Check the pod's logs and events", failing, t.ID, t.Generation)
 			case now.Sub(rec.StartedAt.Time) > p.ProgressDeadline:
 				rec.Outcome, rec.Reason = OutcomeFailed, "ProgressDeadlineExceeded"
 				rec.Message = fmt.Sprintf("the rollout did not finish within %s; its slot is freed. Check the workload's pods and events", p.ProgressDeadline)

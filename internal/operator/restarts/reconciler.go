@@ -254,7 +254,7 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 		if d.Spec.Paused {
 			w.Deferred = "the Deployment is paused: resume it to let the restart roll out"
 		}
-		w.Pods = podsOf(pods.selected(w.Namespace, d.Spec.Selector))
+		w.Pods = podsOf(pods.selected(w.Namespace, d.Spec.Selector), r.now())
 		out = append(out, w)
 	}
 	var sets appsv1.StatefulSetList
@@ -272,7 +272,7 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 		case u.RollingUpdate != nil && u.RollingUpdate.Partition != nil && *u.RollingUpdate.Partition > 0:
 			w.Deferred = fmt.Sprintf("the StatefulSet is partitioned at %d: pods below it would keep the old generation; lower the partition to let the restart roll out", *u.RollingUpdate.Partition)
 		}
-		w.Pods = podsOf(pods.selected(w.Namespace, s.Spec.Selector))
+		w.Pods = podsOf(pods.selected(w.Namespace, s.Spec.Selector), r.now())
 		out = append(out, w)
 	}
 	var dss appsv1.DaemonSetList
@@ -285,23 +285,25 @@ func (r *Reconciler) workloads(ctx context.Context, id string) ([]Workload, erro
 			Barrier: d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration], RolledOut: daemonSetRolledOut(d),
 			NotApplicable: d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType,
 			Priority:      PriorityOf(d.Annotations[vocab.AnnotationRestartPriority])}
-		w.Pods = podsOf(pods.selected(w.Namespace, d.Spec.Selector))
+		w.Pods = podsOf(pods.selected(w.Namespace, d.Spec.Selector), r.now())
 		out = append(out, w)
 	}
 	return out, nil
 }
 
 // podsOf is what Decide reads of the workload's pods.
-func podsOf(pods []*corev1.Pod) []Pod {
+func podsOf(pods []*corev1.Pod, now time.Time) []Pod {
 	out := make([]Pod, 0, len(pods))
 	for _, p := range pods {
-		out = append(out, Pod{Name: p.Name, UID: p.UID, Node: p.Spec.NodeName, Created: p.CreationTimestamp.Time})
+		out = append(out, Pod{Name: p.Name, UID: p.UID, Node: p.Spec.NodeName, Created: p.CreationTimestamp.Time,
+			Barrier: p.Annotations[vocab.AnnotationRotatedToGeneration], Failing: podFailing(p, now)})
 	}
 	return out
 }
 
-// StripPod is the pod cache's transform: rotation restarts read a pod's metadata and node
-// only, so a cluster's pods cost little memory (no containers, volumes or status).
+// StripPod is the pod cache's transform: rotation restarts read a pod's metadata, node and
+// the few status fields that say it fails, so a cluster's pods cost little memory (no
+// containers, volumes or messages).
 func StripPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -309,7 +311,7 @@ func StripPod(obj any) (any, error) {
 	}
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID,
 		ResourceVersion: p.ResourceVersion, CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
-		Labels: p.Labels, Annotations: p.Annotations}, Spec: corev1.PodSpec{NodeName: p.Spec.NodeName}}, nil
+		Labels: p.Labels, Annotations: p.Annotations}, Spec: corev1.PodSpec{NodeName: p.Spec.NodeName}, Status: stripStatus(p.Status)}, nil
 }
 
 func deploymentRolledOut(d *appsv1.Deployment) bool {

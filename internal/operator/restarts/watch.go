@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -96,13 +97,16 @@ var workloadChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool
 		rolledOut(o) != rolledOut(n)
 }}
 
-// podChanged: what a pass reads of a pod (StripPod keeps no status, but every status
-// change of the full object still arrives as an update).
+// podChanged: what a pass reads of a pod (every status change of the full object arrives as
+// an update; of the status, only a container starting or stopping to fail wakes a pass, so
+// a crash loop is seen at once; readiness past its grace is seen by the pass that runs
+// every 15 s while restarts are in progress).
 var podChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 	o, ok1 := e.ObjectOld.(*corev1.Pod)
 	n, ok2 := e.ObjectNew.(*corev1.Pod)
 	return !ok1 || !ok2 || o.Spec.NodeName != n.Spec.NodeName || deleting(o) != deleting(n) ||
-		o.Annotations[vocab.AnnotationRuntimeImage] != n.Annotations[vocab.AnnotationRuntimeImage] || !maps.Equal(o.Labels, n.Labels)
+		o.Annotations[vocab.AnnotationRuntimeImage] != n.Annotations[vocab.AnnotationRuntimeImage] || !maps.Equal(o.Labels, n.Labels) ||
+		podFailing(o, time.Time{}) != podFailing(n, time.Time{})
 }}
 
 func deleting(o metav1.Object) bool { return o.GetDeletionTimestamp() != nil }
