@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"brewlet.sh/brewlet/internal/signature"
 	"brewlet.sh/brewlet/test/cluster"
 	"brewlet.sh/brewlet/test/framework"
 )
@@ -51,6 +52,7 @@ type Flow struct {
 	AppImage string
 	// SigningKey is the PEM public key the runtimes are signed with (signRuntimes).
 	SigningKey string
+	signer     *signature.Signer
 }
 
 // Progress numbers steps and prints each with its outcome and duration.

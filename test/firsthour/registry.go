@@ -77,21 +77,36 @@ func (f *Flow) signRuntimes(ctx context.Context) (string, error) {
 		return "", err
 	}
 	f.SigningKey = string(pub)
+	f.signer = s
 	var lines []string
 	for _, gen := range []string{"python1", "python2"} {
-		ref, err := name.NewDigest(f.Runtimes[gen])
-		if err != nil {
-			return "", err
-		}
-		b, err := s.Bundle(ref.DigestStr())
-		if err != nil {
-			return "", err
-		}
-		m, err := signature.Attach(ctx, ref, b, f.C.RegistryAccess().Options()...)
+		m, err := f.Sign(ctx, f.Runtimes[gen])
 		if err != nil {
 			return "", err
 		}
 		lines = append(lines, fmt.Sprintf("%s: signed by key %s (signature %s)", gen, s.KeyID(), m))
 	}
 	return strings.Join(lines, "\n"), nil
+}
+
+// Sign attaches the cluster key's signature of ref (repo@sha256:...) in the node's
+// registry, as the chart's verification requires of every runtime digest; it returns the
+// signature's digest.
+func (f *Flow) Sign(ctx context.Context, ref string) (string, error) {
+	if f.signer == nil {
+		return "", fmt.Errorf("no signing key yet: the walk-through's signing step makes it")
+	}
+	d, err := name.NewDigest(ref)
+	if err != nil {
+		return "", err
+	}
+	b, err := f.signer.Bundle(d.DigestStr())
+	if err != nil {
+		return "", err
+	}
+	m, err := signature.Attach(ctx, d, b, f.C.RegistryAccess().Options()...)
+	if err != nil {
+		return "", err
+	}
+	return m, nil
 }

@@ -15,9 +15,11 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -79,8 +81,92 @@ func TestFirstHourOnKubelet(t *testing.T) {
 	t.Run("another rotation: the opted-in app moves, a Deployment that did not opt in stays and is listed", func(t *testing.T) {
 		firstHourSecondRotation(t, f)
 	})
+	t.Run("a rotation that breaks the runtime's promise is refused before the node moves, until accepted", func(t *testing.T) {
+		firstHourBrokenPromise(t, f)
+	})
 	t.Run("helm uninstall cleans the node up: as before the install", func(t *testing.T) {
 		firstHourUninstall(t, f, before)
+	})
+}
+
+// python-3.11 rotated to the Node.js runtime: the node's agent compares what the new
+// generation promises with what the one it serves promised and refuses it before current
+// moves (RuntimePromiseBroken); the rotation halts quoting the diff (the version line, the
+// missing executables) and the app keeps answering on the generation it has. Naming that one
+// digest as breaking lets the node install it; the opted-in app restarted onto it, whose
+// interpreter is gone, fails its restart as soon as its pod crash-loops (PodsFailing).
+func firstHourBrokenPromise(t *testing.T, f *firsthour.Flow) {
+	ctx := context.Background()
+	other := kit.BuildRuntimes(t, f.C.Registry, "all")["node-18-1"]
+	if _, err := f.Sign(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	_, digest, _ := strings.Cut(other, "@")
+	served := func() (int64, string) {
+		nrt := &brewletv1.NodeRuntime{}
+		if err := f.Clients.CL.Get(ctx, client.ObjectKey{Name: f.C.NodeName}, nrt); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range nrt.Status.Runtimes {
+			if e.ID == firsthour.RuntimeID {
+				return e.Generation, e.Reason
+			}
+		}
+		return 0, ""
+	}
+	before, _ := served()
+	ri := &brewletv1.RuntimeImage{}
+	kit.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := f.Clients.CL.Get(ctx, client.ObjectKey{Name: firsthour.RuntimeID}, ri); err != nil {
+			return err
+		}
+		ri.Spec.Source.Image = other
+		return f.Clients.CL.Update(ctx, ri)
+	}))
+	kit.Eventually(t, 3*time.Minute, "the rotation to another runtime family halted, quoting the diff", func() (bool, string) {
+		got := &brewletv1.RuntimeImage{}
+		if err := f.Clients.CL.Get(ctx, client.ObjectKey{Name: firsthour.RuntimeID}, got); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, string(vocab.ConditionRotationProgressing))
+		return c != nil && c.Reason == string(vocab.ReasonRotationHalted) && strings.Contains(c.Message, string(vocab.ReasonRuntimePromiseBroken)) &&
+			strings.Contains(c.Message, "line python removed") && strings.Contains(c.Message, "python3 removed"), fmt.Sprintf("%+v", c)
+	})
+	if gen, reason := served(); gen != before || reason != string(vocab.ReasonRuntimePromiseBroken) {
+		t.Fatalf("the node serves generation %d (%s); want %d kept, with RuntimePromiseBroken", gen, reason, before)
+	}
+	if _, err := f.Ask(ctx, "/", "hello from"); err != nil {
+		t.Fatalf("the app stopped answering after a refused rotation: %v", err)
+	}
+	if out, err := f.Kubectl(ctx, "get", "runtimeimage", firsthour.RuntimeID, "-o", "wide"); err == nil {
+		t.Logf("refused:\n%s", out)
+	}
+
+	// Accepted by name: the node installs it, and the app restarted onto it fails at once.
+	kit.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := f.Clients.CL.Get(ctx, client.ObjectKey{Name: firsthour.RuntimeID}, ri); err != nil {
+			return err
+		}
+		ri.Spec.Compatibility = &brewletv1.Compatibility{AcceptBreaking: digest}
+		return f.Clients.CL.Update(ctx, ri)
+	}))
+	if err := f.WaitRotated(ctx, digest); err != nil {
+		t.Fatalf("the accepted digest did not reach the node: %v", err)
+	}
+	kit.Eventually(t, 3*time.Minute, "the app's restart onto a runtime without its interpreter failed (PodsFailing)", func() (bool, string) {
+		got := &brewletv1.RuntimeImage{}
+		if err := f.Clients.CL.Get(ctx, client.ObjectKey{Name: firsthour.RuntimeID}, got); err != nil {
+			return false, err.Error()
+		}
+		if got.Status.Rotation == nil {
+			return false, "no rotation status"
+		}
+		for _, r := range got.Status.Rotation.Restarts {
+			if r.Name == firsthour.App && r.Outcome == "Failed" && r.Reason == "PodsFailing" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", got.Status.Rotation.Restarts)
 	})
 }
 
