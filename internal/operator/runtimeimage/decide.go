@@ -121,14 +121,15 @@ func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFail
 	} else {
 		meta.RemoveStatusCondition(&st.Conditions, string(vocab.ConditionSignatureVerified))
 	}
-	d.NextDeadline = rotation(ri, &st, reports, maxFailures, silent, fleetPause, now)
+	var broken map[string]string
+	d.NextDeadline, broken = rotation(ri, &st, reports, maxFailures, silent, fleetPause, now)
 	d.Recheck = st.Rotation != nil && st.Rotation.RotationCompletedAt == nil && st.Rotation.Nodes != (brewletv1.RotationNodeCounts{})
 	observeTasks(ri, &st, reports, fresh, now)
 	if st.TaskObservations == nil {
 		st.TaskObservations = []brewletv1.TaskObservation{}
 	}
 	d.Status = st
-	d.Events = append(conditionEvents(ri.Status.Conditions, st.Conditions), exclusionEvents(ri.Status.Rotation, st.Rotation)...)
+	d.Events = append(conditionEvents(ri.Status.Conditions, st.Conditions), exclusionEvents(ri.Status.Rotation, st.Rotation, broken)...)
 
 	has := slices.Contains(ri.Finalizers, vocab.FinalizerRevocation)
 	d.AddFinalizer = !deleting && !has

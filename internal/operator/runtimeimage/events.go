@@ -25,7 +25,11 @@ type Event struct {
 // exclusionEvents: one Warning per node newly excluded as stuck from the same target (a node
 // listed in status, so at most maxExcludedNodes per pass). Failed nodes are named by the
 // rotation conditions' own events.
-func exclusionEvents(old, updated *brewletv1.RotationStatus) []Event {
+//
+// A node refusing the target because it breaks the runtime's promise gets one Warning too,
+// quoting what the node says breaks (broken: node -> its message): the diff is what the
+// platform team needs, whether or not the refusals halt the rotation.
+func exclusionEvents(old, updated *brewletv1.RotationStatus, broken map[string]string) []Event {
 	if updated == nil {
 		return nil
 	}
@@ -38,6 +42,11 @@ func exclusionEvents(old, updated *brewletv1.RotationStatus) []Event {
 	var out []Event
 	for _, x := range updated.ExcludedNodes {
 		r := vocab.Reason(x.Reason)
+		if msg, ok := broken[x.Name]; ok && r == vocab.ReasonRuntimePromiseBroken && before[x.Name] != x.Reason {
+			out = append(out, Event{Type: corev1.EventTypeWarning, Reason: r, Message: fmt.Sprintf(
+				"node %s refused generation %d: %s", x.Name, updated.Target.Generation, msg)})
+			continue
+		}
 		if (r != vocab.ReasonNodeTimedOut && r != vocab.ReasonAgentNotReporting && r != vocab.ReasonReportInvalid) || before[x.Name] == x.Reason {
 			continue
 		}

@@ -36,9 +36,9 @@ const maxExcludedNodes = 20
 //
 // It returns the earliest installBy ahead of an installing node (zero: none), when a node
 // may time out without any object changing.
-func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, reports []brewletv1.NodeRuntime, maxFailures int, silent func(node string) bool, fleetPause string, now metav1.Time) (next time.Time) {
+func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, reports []brewletv1.NodeRuntime, maxFailures int, silent func(node string) bool, fleetPause string, now metav1.Time) (next time.Time, broken map[string]string) {
 	if st.Generation < 1 || st.Epoch != ri.UID {
-		return next
+		return next, nil
 	}
 	rot := st.Rotation.DeepCopy()
 	if rot == nil || rot.Target.Generation != st.Generation || rot.Target.Digest != st.Digest {
@@ -77,6 +77,12 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 				}
 				if firstFailure == "" && e.Message != "" {
 					firstFailure = reports[i].Name + " reports: " + boundedMessage(e.Message)
+				}
+				if e.Reason == string(vocab.ReasonRuntimePromiseBroken) && len(broken) < maxExcludedNodes {
+					if broken == nil {
+						broken = map[string]string{}
+					}
+					broken[reports[i].Name] = boundedMessage(e.Message)
 				}
 				excluded = append(excluded, brewletv1.ExcludedNode{Name: reports[i].Name, UID: boundedUID(reports[i].Status.NodeUID), Reason: reason, Generation: e.Generation})
 			}
@@ -122,6 +128,9 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonCompleteWithExclusions)
 		prog.Message = fmt.Sprintf("%d of %d node(s) serve generation %d; %d excluded (%s), within rollout.maxFailures=%d for failures: %s",
 			counts.Current, reporting, g, counts.Excluded, exclusionKinds(int(counts.Failed), stuck), maxFailures, failing(excluded, rot.ExcludedNodes))
+		if firstFailure != "" {
+			prog.Message += ". " + firstFailure
+		}
 	case done:
 		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonAllNodesCurrent)
 		prog.Message = fmt.Sprintf("all %d node(s) serve generation %d", reporting, g)
@@ -130,6 +139,9 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 		prog.Message = fmt.Sprintf("%d of %d node(s) serve generation %d; %d installing, %d failed", counts.Current, reporting, g, counts.Installing, counts.Failed)
 		if stuck > 0 {
 			prog.Message += fmt.Sprintf(", %d excluded as stuck: %s", stuck, failing(excluded, rot.ExcludedNodes))
+		}
+		if firstFailure != "" {
+			prog.Message += ". " + firstFailure
 		}
 	}
 	meta.SetStatusCondition(&st.Conditions, prog)
@@ -151,7 +163,7 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 		}
 	}
 	meta.SetStatusCondition(&st.Conditions, comp)
-	return next
+	return next, broken
 }
 
 // exclusionKinds says what the excluded nodes are ("1 failed it, 2 stuck").

@@ -415,3 +415,33 @@ func TestRotationHaltSaysWhy(t *testing.T) {
 		t.Fatalf("bounded to %d bytes", len(got))
 	}
 }
+
+// One node refusing a breaking digest within the budget: the rotation is not halted, but its
+// condition quotes the diff and one Warning event names the node, once.
+func TestRotationSaysWhatBreaks(t *testing.T) {
+	broken := at(1, vocab.StateReady, string(vocab.ReasonRuntimePromiseBroken))
+	broken.FailedGeneration = 2
+	broken.Message = "generation 2 refused, generation 1 stays in use: line python removed"
+	r := ri(finalized, image(repo+dB), status(uid, 2, dB))
+	d := Decide(r, []brewletv1.NodeRuntime{report("a", broken)}, 1, allFresh, noneSilent, "", Verdicts{}, t1)
+	c := meta.FindStatusCondition(d.Status.Conditions, string(vocab.ConditionRotationProgressing))
+	if c == nil || c.Reason != string(vocab.ReasonRotating) || !strings.Contains(c.Message, "a reports: "+broken.Message) {
+		t.Fatalf("condition %+v", c)
+	}
+	count := func(evs []Event) int {
+		n := 0
+		for _, e := range evs {
+			if e.Reason == vocab.ReasonRuntimePromiseBroken && e.Type == "Warning" && strings.Contains(e.Message, "node a refused generation 2: "+broken.Message) {
+				n++
+			}
+		}
+		return n
+	}
+	if count(d.Events) != 1 {
+		t.Fatalf("events %+v", d.Events)
+	}
+	r.Status = d.Status
+	if n := count(Decide(r, []brewletv1.NodeRuntime{report("a", broken)}, 1, allFresh, noneSilent, "", Verdicts{}, t1).Events); n != 0 {
+		t.Fatalf("the same pass again recorded %d events", n)
+	}
+}
