@@ -87,8 +87,8 @@ type Node struct {
 	Unusable string
 }
 
-// maxUIDLength bounds a reported node UID (Kubernetes UIDs are 36 characters).
-const maxUIDLength = 128
+// MaxUIDLength bounds a UID a node reports (Kubernetes UIDs are 36 characters).
+const MaxUIDLength = 128
 
 // NodeOf is what a NodeRuntime says about its entry e for PhaseAt: the allowance and
 // installBy its spec holds for e's ID, the entry, and whether silent says its agent stopped.
@@ -103,14 +103,15 @@ func NodeOf(nrt *brewletv1.NodeRuntime, e *brewletv1.NodeRuntimeEntry, silent fu
 }
 
 // UnusableReport says why a node's report as a whole cannot be used ("": it can, or there
-// is none): it does not say when it was observed, or its node UID is malformed.
+// is none): it does not say when it was observed, or its node UID is malformed. Both
+// controllers reading reports judge them by it.
 func UnusableReport(nrt *brewletv1.NodeRuntime) string {
 	switch {
-	case nrt == nil || len(nrt.Status.Runtimes) == 0:
+	case nrt == nil:
 		return ""
 	case nrt.Status.ObservedAt == nil || nrt.Status.ObservedAt.IsZero():
 		return "the report says no observedAt"
-	case len(nrt.Status.NodeUID) > maxUIDLength:
+	case len(nrt.Status.NodeUID) > MaxUIDLength:
 		return "the report's nodeUID is malformed"
 	}
 	return ""
@@ -201,11 +202,14 @@ func PhaseAt(t Target, n Node, now time.Time) Phase {
 // (excluded as stuck: no wave slot, no failure counted, no serving counted) until it
 // reports something believable.
 func Unbelievable(t Target, n Node) string {
+	r := n.Report
+	if r == nil {
+		return "" // nothing reported yet (a node that just joined): nothing to disbelieve
+	}
 	if n.Unusable != "" {
 		return n.Unusable
 	}
-	r := n.Report
-	if r == nil || r.Epoch != t.Epoch {
+	if r.Epoch != t.Epoch {
 		return ""
 	}
 	switch {

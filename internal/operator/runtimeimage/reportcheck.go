@@ -5,6 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/rollout"
 )
 
 // A node's report is hostile input: one node must not be able to make the RuntimeImage's
@@ -12,14 +13,12 @@ import (
 // What the operator copies from a report into the RuntimeImage is checked here first; what
 // fails is left out and counted, affecting that node's own entry only.
 
-// maxUIDLength bounds a UID field (Kubernetes UIDs are 36 characters).
-const maxUIDLength = 128
+// maxUIDLength bounds a UID field.
+const maxUIDLength = rollout.MaxUIDLength
 
 // usableReport says whether a node's report can be listed at all: it names when it was
 // observed and its node UID is a plausible UID.
-func usableReport(r *brewletv1.NodeRuntime) bool {
-	return r.Status.ObservedAt != nil && !r.Status.ObservedAt.IsZero() && len(r.Status.NodeUID) <= maxUIDLength
-}
+func usableReport(r *brewletv1.NodeRuntime) bool { return rollout.UnusableReport(r) == "" }
 
 // usableTask says whether a reported container can be copied: names as Kubernetes allows
 // them, UIDs of a bounded length.
