@@ -49,7 +49,24 @@ type RuntimeImageSpec struct {
 	// not staged and so not paused. Setting it back to false resumes.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+
+	// OnFailure is what brewlet-operator does when workloads restarted onto the current
+	// generation fail past the restart failure budget (status.rotation.restartsHalted):
+	// RollBack (the default) assigns the generation before it again, as a new generation
+	// every node serves at once from what it has installed, and restarts the workloads
+	// already moved back onto it; Halt only stops further restarts, and nodes keep the new
+	// generation (docs/rotation.md, "Rollback").
+	// +kubebuilder:validation:Enum=RollBack;Halt
+	// +kubebuilder:default=RollBack
+	// +optional
+	OnFailure string `json:"onFailure,omitempty"`
 }
+
+// OnFailure values.
+const (
+	OnFailureRollBack = "RollBack"
+	OnFailureHalt     = "Halt"
+)
 
 // RuntimeImageSource is where the runtime comes from.
 type RuntimeImageSource struct {
@@ -145,6 +162,11 @@ type RuntimeImageStatus struct {
 	// Digest is the digest of the current generation.
 	// +optional
 	Digest string `json:"digest,omitempty"`
+	// Image is where the current generation comes from: spec.source.image when the
+	// generation was assigned (or its repository last changed with the same digest), or the
+	// image of the generation a rollback serves again.
+	// +optional
+	Image string `json:"image,omitempty"`
 	// ObservedGeneration is the metadata.generation this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -166,6 +188,60 @@ type RuntimeImageStatus struct {
 	// Rotation is the progress of the current generation across nodes.
 	// +optional
 	Rotation *RotationStatus `json:"rotation,omitempty"`
+	// Previous is the generation of this epoch the current one replaced: what a rollback
+	// goes back to.
+	// +optional
+	Previous *GenerationRef `json:"previous,omitempty"`
+	// RolledBack records the epoch's last rollback: a generation that failed workloads and
+	// the generation assigned to serve the one before it again. Kept until the next
+	// generation is assigned.
+	// +optional
+	RolledBack *Rollback `json:"rolledBack,omitempty"`
+}
+
+// GenerationRef is one generation of an epoch and its digest.
+type GenerationRef struct {
+	Generation int64  `json:"generation"`
+	Digest     string `json:"digest"`
+	// Image is where it came from (registry/repository@digest; empty when not recorded).
+	// +optional
+	Image string `json:"image,omitempty"`
+}
+
+// Rollback is a generation that failed workloads and what replaced it. Generation serves
+// To's digest again: nodes install it from what they already have, and containers on To
+// count as on Generation (the same bytes). While spec.source.image names Bad's digest, it
+// is not assigned again (Released: the spec has named another digest since, so naming it
+// once more is a new decision).
+type Rollback struct {
+	Generation int64         `json:"generation"`
+	To         GenerationRef `json:"to"`
+	Bad        GenerationRef `json:"bad"`
+	// Reason is why (RestartsHalted), Message what failed and what to do.
+	Reason  string      `json:"reason"`
+	Message string      `json:"message"`
+	At      metav1.Time `json:"at"`
+	// +optional
+	Released bool `json:"released,omitempty"`
+}
+
+// SameBytes reports whether a container on generation g of the status's epoch runs what
+// the current generation serves: g is the current generation, or the one a rollback to
+// it serves again.
+func (st *RuntimeImageStatus) SameBytes(g int64) bool {
+	if g == st.Generation {
+		return true
+	}
+	rb := st.RolledBack
+	return rb != nil && rb.Generation == st.Generation && rb.To.Generation == g && rb.To.Digest == st.Digest
+}
+
+// RollbackInEffect is the rollback that assigned the current generation (nil: none).
+func (st *RuntimeImageStatus) RollbackInEffect() *Rollback {
+	if rb := st.RolledBack; rb != nil && rb.Generation == st.Generation && rb.To.Digest == st.Digest {
+		return rb
+	}
+	return nil
 }
 
 // TaskObservation is one node's report of containers on an older generation or epoch.
@@ -300,7 +376,9 @@ type WorkloadRestart struct {
 // +kubebuilder:printcolumn:name="Rotation",type=string,JSONPath=`.status.conditions[?(@.type=="RotationProgressing")].reason`
 // +kubebuilder:printcolumn:name="Restarts-Halted",type=integer,JSONPath=`.status.rotation.restartsHalted.failed`,priority=1
 // +kubebuilder:printcolumn:name="Old-Tasks",type=string,JSONPath=`.status.conditions[?(@.type=="OldGenerationTasks")].status`
+// +kubebuilder:printcolumn:name="Rolled-Back-From",type=string,JSONPath=`.status.rolledBack.bad.digest`,priority=1
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.source.image`,priority=1
+// +kubebuilder:printcolumn:name="Serving",type=string,JSONPath=`.status.image`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 55",message="a RuntimeImage name is a runtime ID of at most 55 characters"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="a RuntimeImage name is a runtime ID: a lowercase DNS subdomain without '@', ':' or '/'"

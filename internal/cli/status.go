@@ -39,8 +39,11 @@ type Status struct {
 	Restarts        []brewletv1.WorkloadRestart  `json:"restarts,omitempty"`
 	// RestartsHalted: more restarts of this target failed than the budget (none start).
 	RestartsHalted *brewletv1.RestartsHalt `json:"restartsHalted,omitempty"`
-	OldContainers  []OldContainer          `json:"oldContainers,omitempty"`
-	OmittedNodes   int32                   `json:"omittedNodes,omitempty"`
+	// RolledBack is the RolledBack condition's message while the current generation is a
+	// rollback, or says why a due rollback could not happen.
+	RolledBack    string         `json:"rolledBack,omitempty"`
+	OldContainers []OldContainer `json:"oldContainers,omitempty"`
+	OmittedNodes  int32          `json:"omittedNodes,omitempty"`
 }
 
 // OldContainer is one container still on an older generation or epoch.
@@ -67,6 +70,9 @@ func StatusOf(ri *brewletv1.RuntimeImage) Status {
 		if c.Reason != string(vocab.ReasonAllNodesCurrent) {
 			s.RotationMessage = c.Message
 		}
+	}
+	if c := meta.FindStatusCondition(st.Conditions, string(vocab.ConditionRolledBack)); c != nil {
+		s.RolledBack = c.Reason + ": " + c.Message
 	}
 	if r := st.Rotation; r != nil {
 		s.Nodes, s.Excluded, s.Restarts, s.RestartsHalted = r.Nodes, r.ExcludedNodes, r.Restarts, r.RestartsHalted
@@ -113,6 +119,9 @@ func WriteTable(w io.Writer, all []Status) error {
 			digest = digest[:19] + "…"
 		}
 		fmt.Fprintf(w, "%s  generation %d (%s)  approved %s\n", s.ID, s.Generation, digest, s.Approved)
+		if s.RolledBack != "" {
+			fmt.Fprintf(w, "  ROLLED BACK %s\n", s.RolledBack)
+		}
 		n := s.Nodes
 		total := n.Current + n.Installing + n.Failed + n.Stuck
 		fmt.Fprintf(w, "  nodes      %s %d/%d current · %d installing · %d failed · %d stuck · %d excluded  (%s)\n",

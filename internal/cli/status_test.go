@@ -15,6 +15,7 @@ func TestStatusTable(t *testing.T) {
 	ri.Status = brewletv1.RuntimeImageStatus{Epoch: "e-1", Generation: 3, Digest: "sha256:2c368792963f7ae1f84416ba76094786f10fc6e244520fab65cf49ab293bdf91",
 		Conditions: []metav1.Condition{
 			{Type: string(vocab.ConditionApproved), Status: metav1.ConditionTrue, Reason: "Approved"},
+			{Type: string(vocab.ConditionRolledBack), Status: metav1.ConditionTrue, Reason: "RolledBack", Message: "generation 2 (sha256:9) failed restarted workloads"},
 			{Type: string(vocab.ConditionRotationProgressing), Status: metav1.ConditionTrue, Reason: "Rotating",
 				Message: "3 of 6 node(s) serve generation 3; 2 installing, 1 failed; nodes without a running agent: n7 (AgentContainerFailing) (NodeProfile general)"}},
 		Rotation: &brewletv1.RotationStatus{Nodes: brewletv1.RotationNodeCounts{Current: 3, Installing: 2, Failed: 1, Excluded: 1},
@@ -41,7 +42,7 @@ func TestStatusTable(t *testing.T) {
 		"excluded n6: PrivilegedRuntimeFile (generation 3)",
 		"nodes without a running agent: n7 (AgentContainerFailing) (NodeProfile general)",
 		"1 Succeeded · 1 Deferred", "Deployment shop/batch Deferred: the Deployment is paused",
-		"RESTARTS HALTED: 2 restarted workload(s) failed", "old containers (2):", "stale", "batch-1", "9 (previous epoch)", "… and 4 more node(s)"} {
+		"RESTARTS HALTED: 2 restarted workload(s) failed", "ROLLED BACK RolledBack: generation 2 (sha256:9) failed restarted workloads", "old containers (2):", "stale", "batch-1", "9 (previous epoch)", "… and 4 more node(s)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}

@@ -31,6 +31,11 @@ type Generation struct {
 	HasPath    bool     `json:"hasPath"`
 	Path       string   `json:"path,omitempty"`
 	Layers     []string `json:"layers"` // diff IDs (sha256:<hex>), lowest first
+	// SignedUnder is the fingerprint of the signature requirements the digest was verified
+	// under at install ("": none were required). A later generation of the same digest
+	// (a rollback) reuses this one's layers without asking a registry when the
+	// requirements have not changed since.
+	SignedUnder string `json:"signedUnder,omitempty"`
 }
 
 const metadataFile = "metadata.json"

@@ -142,6 +142,13 @@ const (
 	// RestartsHalted: more restarted workloads failed than the restart failure budget; the
 	// record of a workload still waiting, and the event on the RuntimeImage.
 	ReasonRestartsHalted Reason = "RestartsHalted"
+	// RolledBack: the operator assigned the generation before a failed one again (the
+	// RuntimeImage's Warning event and its RotationProgressing condition).
+	ReasonRolledBack Reason = "RolledBack"
+	// RollbackUnavailable: restarts halted on a generation that spec.onFailure would roll
+	// back, but there is nothing to go back to (the first generation of an epoch) or the
+	// previous digest's signature no longer verifies; nodes keep the generation.
+	ReasonRollbackUnavailable Reason = "RollbackUnavailable"
 	// OutsideRestartWindow: restarts start only in the operator's restart window; the
 	// record of a workload waiting for it.
 	ReasonOutsideRestartWindow Reason = "OutsideRestartWindow"

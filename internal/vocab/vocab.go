@@ -130,6 +130,9 @@ const (
 	ConditionRotationProgressing ConditionType = "RotationProgressing"
 	ConditionRotationComplete    ConditionType = "RotationComplete"
 	ConditionOldGenerationTasks  ConditionType = "OldGenerationTasks"
+	// RolledBack is present while the current generation is a rollback: it serves the
+	// generation before a failed one again (status.rolledBack).
+	ConditionRolledBack ConditionType = "RolledBack"
 	// SignatureVerified is present only while a signature is required (spec.verification or
 	// the cluster's signature keys).
 	ConditionSignatureVerified ConditionType = "SignatureVerified"

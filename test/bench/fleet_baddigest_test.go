@@ -26,26 +26,30 @@ const (
 	fleetBadGen = 3
 	// fleetBadPolicy refuses the bad generation's pods (denyGeneration).
 	fleetBadPolicy = "bench-bad-digest"
-	// fleetHaltWatch is how long the halt is watched once no restart is in progress: three
-	// of the restart controller's 15 s rechecks, any of which would start a restart.
-	fleetHaltWatch = 45 * time.Second
 )
 
-// badTimeline is what the bad digest's phase saw.
+// badTimeline is what the bad digest's phase saw, its rollback included.
 type badTimeline struct {
-	start, gen, complete, firstPatch, halted, settled time.Time
-	nodes                                             brewletv1.RotationNodeCounts // at RotationComplete
-	startedAtHalt, started                            int
-	halt                                              *brewletv1.RestartsHalt
-	counts                                            brewletv1.RestartCounts
-	waiting, waitingHalted                            int // Pending records, and those with reason RestartsHalted
+	start, gen, complete, firstPatch, halted time.Time
+	nodes                                    brewletv1.RotationNodeCounts // at RotationComplete
+	startedAtHalt                            int
+	halt                                     *brewletv1.RestartsHalt
+	counts                                   brewletv1.RestartCounts // of generation 3 at the halt
+	// The rollback: generation 4 assigned (rolledBack), every live node serving it
+	// (serving, with how many), its RotationComplete, and its restarts back settled.
+	rolledBack, serving, backComplete, settled time.Time
+	live                                       int
+	rollback                                   brewletv1.Rollback
+	back                                       brewletv1.RestartCounts
+	atRollback                                 fleetSnap
 }
 
 // badDigest rotates to a digest that hurts every restarted workload (generation 3, after
 // generation 2 and its restarts finished) and follows it, touching nothing after the digest
-// edit, until the operator's health gate halted the restarts and none is in progress. The
-// agents killed in generation 2 stay dead: a rotation with dead nodes and a bad digest must
-// need no human to finish or to stop.
+// edit: the operator's health gate halts the restarts, the operator rolls back (generation
+// 4, generation 2's digest), every live node serves it and the workloads restarted onto
+// generation 3 are restarted back. The agents killed in generation 2 stay dead: a rotation
+// with dead nodes and a bad digest must need no human to finish, to stop or to go back.
 func (b *fleetBench) badDigest() {
 	b.denyGeneration(fleetBadGen)
 	b.deps.retarget(fleetBadGen)
@@ -102,8 +106,8 @@ func (d *fleetWatch) badPhase() (gen, complete, halted, first time.Time, nodes b
 
 // followBadDigest edits the digest and waits: the rotation completes around the dead and
 // failing nodes, restarts start, their rollouts miss the progress deadline, the health gate
-// halts the rest; then no restart may be in progress, and none may start for
-// fleetHaltWatch. It fails when one of those never comes.
+// halts the rest, the operator rolls back, every live node serves the rollback generation,
+// and every restart back is settled. It fails when one of those never comes.
 func (b *fleetBench) followBadDigest() badTimeline {
 	t := b.t
 	bt := badTimeline{start: time.Now()}
@@ -117,21 +121,40 @@ func (b *fleetBench) followBadDigest() badTimeline {
 		var patched int
 		bt.gen, bt.complete, bt.halted, bt.firstPatch, bt.nodes, patched = b.deps.badPhase()
 		if p := meta.FindStatusCondition(ri.Status.Conditions, string(vocab.ConditionRotationProgressing)); p != nil && p.Reason == string(vocab.ReasonRotationHalted) {
-			t.Fatalf("the rotation to generation %d halted: %s", fleetBadGen, p.Message)
+			t.Fatalf("the rotation to generation %d halted: %s", ri.Status.Generation, p.Message)
 		}
 		rot := ri.Status.Rotation
-		if rot == nil || rot.Target.Generation != fleetBadGen {
+		if rot == nil {
 			rot = &brewletv1.RotationStatus{}
 		}
-		if rot.RestartCounts != nil {
+		if rot.Target.Generation == fleetBadGen && rot.RestartCounts != nil {
 			bt.counts = *rot.RestartCounts
-		}
-		if bt.counts.Succeeded > 0 {
-			t.Fatalf("%d restart(s) onto the bad generation succeeded: admission policy %s did not hold its pods back", bt.counts.Succeeded, fleetBadPolicy)
+			if bt.counts.Succeeded > 0 {
+				t.Fatalf("%d restart(s) onto the bad generation succeeded: admission policy %s did not hold its pods back", bt.counts.Succeeded, fleetBadPolicy)
+			}
+			if rot.RestartsHalted != nil {
+				bt.halt = rot.RestartsHalted
+			}
 		}
 		if !bt.halted.IsZero() && bt.startedAtHalt == 0 {
 			bt.startedAtHalt = patched
 			t.Logf("restarts halted %s after the digest edit, %d started: %s", bt.halted.Sub(bt.start).Round(time.Second), patched, fleetConditions(ri))
+		}
+		rb := ri.Status.RollbackInEffect()
+		if rb != nil && bt.rolledBack.IsZero() {
+			bt.rolledBack, bt.rollback, bt.atRollback = now, *rb, b.snapshot()
+			t.Logf("rolled back %s after the halt: %s", now.Sub(bt.halted).Round(100*time.Millisecond), rb.Message)
+		}
+		if rb != nil {
+			if live, on, last := b.agents.serving(rb.Generation); bt.serving.IsZero() && on == live {
+				bt.serving, bt.live = last, live
+			}
+			if rot.Target.Generation == rb.Generation && rot.RotationCompletedAt != nil && bt.backComplete.IsZero() {
+				bt.backComplete = now
+			}
+			if rot.Target.Generation == rb.Generation && rot.RestartCounts != nil {
+				bt.back = *rot.RestartCounts
+			}
 		}
 		switch {
 		case bt.complete.IsZero() && now.Sub(bt.start) > 20*time.Minute:
@@ -141,27 +164,15 @@ func (b *fleetBench) followBadDigest() badTimeline {
 		case !bt.complete.IsZero() && bt.halted.IsZero() && now.Sub(bt.complete) > haltBound:
 			t.Fatalf("restarts onto the bad generation not halted %s after RotationComplete (progress deadline %s, max failures %d): %d started, counts %+v; %s\noperator log:\n%s",
 				now.Sub(bt.complete).Round(time.Second), b.cfg.deadline, fleetRestartMaxFailures, patched, bt.counts, fleetConditions(ri), b.operatorLog())
-		case !bt.halted.IsZero() && bt.counts.InProgress > 0 && now.Sub(bt.halted) > b.cfg.deadline+2*time.Minute:
-			t.Fatalf("%d restart(s) still in progress %s after the halt (progress deadline %s)", bt.counts.InProgress, now.Sub(bt.halted).Round(time.Second), b.cfg.deadline)
-		case !bt.halted.IsZero() && bt.counts.InProgress == 0:
-			if bt.settled.IsZero() {
-				bt.settled = now
-			}
-			if now.Sub(bt.settled) >= fleetHaltWatch {
-				if bt.halt = rot.RestartsHalted; bt.halt == nil {
-					t.Fatalf("status.rotation.restartsHalted cleared without a new digest: %s", fleetConditions(ri))
-				}
-				bt.started = patched
-				for _, r := range rot.Restarts {
-					if r.Outcome == restarts.OutcomePending {
-						bt.waiting++
-						if r.Reason == string(vocab.ReasonRestartsHalted) {
-							bt.waitingHalted++
-						}
-					}
-				}
-				return bt
-			}
+		case !bt.halted.IsZero() && bt.rolledBack.IsZero() && now.Sub(bt.halted) > time.Minute:
+			t.Fatalf("no rollback a minute after the halt: %s\noperator log:\n%s", fleetConditions(ri), b.operatorLog())
+		case !bt.rolledBack.IsZero() && now.Sub(bt.rolledBack) > 10*time.Minute:
+			live, on, _ := b.agents.serving(bt.rollback.Generation)
+			t.Fatalf("the rollback did not settle within 10 minutes: %d of %d live nodes serve generation %d, restarts back %+v; %s",
+				on, live, bt.rollback.Generation, bt.back, fleetConditions(ri))
+		case !bt.serving.IsZero() && !bt.backComplete.IsZero() && bt.back.InProgress == 0 && bt.back.Pending == 0:
+			bt.settled = now
+			return bt
 		}
 		time.Sleep(time.Second)
 	}
@@ -173,24 +184,46 @@ func (b *fleetBench) reportBadDigest(before, after fleetSnap, bt badTimeline) {
 	since := func(at time.Time) string { return at.Sub(bt.start).Round(100 * time.Millisecond).String() }
 	deps := &appsv1.DeploymentList{}
 	kit.Must(b.t, b.cache.List(ctx, deps, client.InNamespace(fleetNS)))
-	available := 0
+	available, onBad := 0, 0
 	for _, d := range deps.Items {
 		if d.Annotations[vocab.AnnotationRestartOnRotation] == "true" && d.Status.AvailableReplicas >= 1 {
 			available++
 		}
+		if br, ok := restarts.ParseBarrier(d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration]); ok && br.Generation == fleetBadGen {
+			onBad++
+		}
 	}
 	evs := &eventsv1.EventList{}
 	kit.Must(b.t, b.c.List(ctx, evs))
-	haltEvents := 0
+	haltEvents, rollbackEvents := 0, 0
 	for _, e := range evs.Items {
-		if e.Reason == string(vocab.ReasonRestartsHalted) && e.Regarding.Name == fleetID && !e.CreationTimestamp.Before(&metav1.Time{Time: bt.start.Truncate(time.Second)}) {
+		if e.Regarding.Name != fleetID || e.CreationTimestamp.Before(&metav1.Time{Time: bt.start.Truncate(time.Second)}) {
+			continue
+		}
+		switch e.Reason {
+		case string(vocab.ReasonRestartsHalted):
 			haltEvents++
+		case string(vocab.ReasonRolledBack):
+			rollbackEvents++
 		}
 	}
-	bound := fleetMaxConcurrent + fleetRestartMaxFailures
-	c := bt.counts
+	writes := func(from, to fleetSnap, res string) float64 {
+		total := 0.0
+		for _, verb := range []string{"PATCH", "PUT", "POST"} {
+			total += to.api.total(res, "", "verb", verb) - from.api.total(res, "", "verb", verb)
+		}
+		return total
+	}
+	statusWrites := func(from, to fleetSnap, res string) float64 {
+		total := 0.0
+		for _, verb := range []string{"PATCH", "PUT"} {
+			total += to.api.total(res, "status", "verb", verb) - from.api.total(res, "status", "verb", verb)
+		}
+		return total
+	}
+	c, back := bt.counts, bt.back
 	var s strings.Builder
-	fmt.Fprintf(&s, "\n| bad digest: generation %d, its restarted pods refused (they never come up); restart maxFailures %d, maxConcurrent %d, progress deadline %s; %d agents still dead | value | note |\n|---|---|---|\n",
+	fmt.Fprintf(&s, "\n| bad digest: generation %d, its restarted pods refused (they never come up); restart maxFailures %d, maxConcurrent %d, progress deadline %s; %d agents still dead; spec.onFailure RollBack (the default) | value | note |\n|---|---|---|\n",
 		fleetBadGen, fleetRestartMaxFailures, fleetMaxConcurrent, b.cfg.deadline, b.cfg.stale)
 	row := func(k, note, format string, v ...any) {
 		fmt.Fprintf(&s, "| %s | %s | %s |\n", k, fmt.Sprintf(format, v...), note)
@@ -201,17 +234,33 @@ func (b *fleetBench) reportBadDigest(before, after fleetSnap, bt badTimeline) {
 	row("first barrier patch", "after RotationComplete", "%s", bt.firstPatch.Sub(bt.complete).Round(100*time.Millisecond))
 	row("restarts halted (status.rotation.restartsHalted)", fmt.Sprintf("%s after the first barrier patch: progress deadline %s, then the restart pass's 15 s recheck",
 		bt.halted.Sub(bt.firstPatch).Round(time.Second), b.cfg.deadline), "%s", since(bt.halted))
-	row("restarts started: before the halt / in all", fmt.Sprintf("at most maxConcurrent + maxFailures = %d (a failure within the budget frees a slot); watched %s after the last settled",
-		bound, fleetHaltWatch), "%d / %d", bt.startedAtHalt, bt.started)
-	row("operator writes: Deployment patches", "API server count: one per restart started", "%.0f",
+	row("restarts onto generation 3 started before the halt", fmt.Sprintf("at most maxConcurrent + maxFailures = %d; outcomes then: %d Failed, %d InProgress",
+		fleetMaxConcurrent+fleetRestartMaxFailures, c.Failed, c.InProgress), "%d", bt.startedAtHalt)
+	row("rolled back: generation 4 assigned", fmt.Sprintf("after the halt; serves generation %d's digest again", bt.rollback.To.Generation),
+		"%s", bt.rolledBack.Sub(bt.halted).Round(100*time.Millisecond))
+	row("every live node serves generation 4", fmt.Sprintf("after the rollback; %d nodes, the 3 failing ones included (each composes it from layers it has: 0.2–1 s in the load generator)", bt.live),
+		"%s", bt.serving.Sub(bt.rolledBack).Round(100*time.Millisecond))
+	row("RotationComplete of generation 4", "after the rollback", "%s", bt.backComplete.Sub(bt.rolledBack).Round(100*time.Millisecond))
+	row("restarts back settled", fmt.Sprintf("after the rollback; outcomes: %d Succeeded, %d Failed, %d Deferred", back.Succeeded, back.Failed, back.Deferred),
+		"%s", bt.settled.Sub(bt.rolledBack).Round(100*time.Millisecond))
+	row("first failure to every live node back", "the halt (the restarts' failures were seen at once) to every live node serving generation 4", "%s",
+		bt.serving.Sub(bt.halted).Round(100*time.Millisecond))
+	row("workloads restarted back / never restarted", fmt.Sprintf("of %d opted in; containers on generation 2 run generation 4's bytes and are left alone", b.cfg.workloads),
+		"%d / %d", back.Succeeded+back.Failed+back.InProgress, b.cfg.workloads-int(back.Succeeded+back.Failed+back.InProgress+back.Deferred))
+	row("Deployments whose template still names generation 3", "must be 0", "%d", onBad)
+	row("operator writes in the rollback: NodeRuntime spec / RuntimeImage status / NodeProfile status", "from the rollback to the end", "%.0f / %.0f / %.0f",
+		writes(bt.atRollback, after, "noderuntimes"), statusWrites(bt.atRollback, after, "runtimeimages"), statusWrites(bt.atRollback, after, "nodeprofiles"))
+	row("operator writes: Deployment patches", "the whole phase: restarts onto 3, then back", "%.0f",
 		after.api.total("deployments", "", "verb", "PATCH")-before.api.total("deployments", "", "verb", "PATCH"))
-	row("restart outcomes: Failed / InProgress / Succeeded / Deferred", "restartCounts at the end", "%d / %d / %d / %d", c.Failed, c.InProgress, c.Succeeded, c.Deferred)
-	row("workloads left un-restarted (Pending)", fmt.Sprintf("%d of the %d waiting records say RestartsHalted (must be all)", bt.waitingHalted, bt.waiting), "%d", c.Pending)
-	row("restartsHalted: failed / maxFailures", "the halt as status shows it", "%d / %d", bt.halt.Failed, bt.halt.MaxFailures)
-	row("RestartsHalted events on the RuntimeImage", "Warning, once per halt", "%d", haltEvents)
+	row("RestartsHalted / RolledBack events on the RuntimeImage", "Warning, once each", "%d / %d", haltEvents, rollbackEvents)
 	row("opted-in Deployments available", "a failed restart keeps its old pod (one replica: maxUnavailable 0)", "%d of %d", available, b.cfg.workloads)
 	row("operator CPU", fmt.Sprintf("over %s", after.at.Sub(before.at).Round(time.Second)), "%s", (after.cpu - before.cpu).Round(100*time.Millisecond))
 	b.t.Log(s.String())
 	fmt.Print(s.String())
-	b.t.Logf("restartsHalted message: %s", bt.halt.Message)
+	if bt.halt != nil {
+		b.t.Logf("restartsHalted message: %s", bt.halt.Message)
+	}
+	if onBad != 0 || back.Failed != 0 || rollbackEvents != 1 {
+		b.t.Errorf("after the rollback: %d Deployments still name generation %d, %d restarts back failed, %d RolledBack events (want 0, 0, 1)", onBad, fleetBadGen, back.Failed, rollbackEvents)
+	}
 }

@@ -363,6 +363,9 @@ func (d *fleetWatch) observeRI(obj any) {
 	if d.gen.IsZero() {
 		d.gen = now
 	}
+	if d.halted.IsZero() && ri.Status.RollbackInEffect() != nil {
+		d.halted = now // the halt's own status version was not seen: the rollback follows it
+	}
 	r := ri.Status.Rotation
 	if r == nil || r.Target.Generation != d.target {
 		return

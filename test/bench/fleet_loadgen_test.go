@@ -74,11 +74,16 @@ type fakeAgent struct {
 	failed   int64     // generation refused (failedGeneration)
 	podGen   map[types.UID]int64
 
-	install int64 // generation being installed
-	readyAt time.Time
-	written *brewletv1.NodeRuntimeStatus // last status written, without timestamps
-	lease   *coordinationv1.Lease
-	renewed time.Time
+	digest  string // of the generation served
+	install int64  // generation being installed
+	// installDigest is the digest of install; rollback, whether install is a rollback
+	// (composed from layers the node has: it never fails, and takes less time).
+	installDigest string
+	rollback      bool
+	readyAt       time.Time
+	written       *brewletv1.NodeRuntimeStatus // last status written, without timestamps
+	lease         *coordinationv1.Lease
+	renewed       time.Time
 }
 
 func newFleetAgents(c client.Client, ca cache.Cache, id, ns string, nodes []corev1.Node, failing, stale map[string]bool, renew time.Duration) *fleetAgents {
@@ -155,13 +160,20 @@ func (f *fleetAgents) step(ctx context.Context, n *fakeAgent, ri *brewletv1.Runt
 			f.unstaged.Add(1) // a later generation installed on "0 = current", outside any wave
 		}
 		n.install, n.readyAt = want, now.Add(time.Second+rand.N(4*time.Second))
+		n.installDigest, n.rollback = kit.DigestN(int(want)), false // fleetImage's
+		if want == ri.Status.Generation {
+			n.installDigest = ri.Status.Digest
+			if ri.Status.RollbackInEffect() != nil {
+				n.rollback, n.readyAt = true, now.Add(200*time.Millisecond+rand.N(800*time.Millisecond))
+			}
+		}
 	}
 	if n.install > 0 && !now.Before(n.readyAt) {
 		n.mu.Lock()
-		if n.fail && n.gen > 0 {
+		if n.fail && n.gen > 0 && !n.rollback {
 			n.failed = n.install
 		} else {
-			n.gen, n.since = n.install, now
+			n.gen, n.digest, n.since = n.install, n.installDigest, now
 		}
 		n.mu.Unlock()
 		n.install = 0
@@ -183,7 +195,7 @@ func (f *fleetAgents) step(ctx context.Context, n *fakeAgent, ri *brewletv1.Runt
 func (f *fleetAgents) status(ctx context.Context, n *fakeAgent, epoch types.UID) brewletv1.NodeRuntimeStatus {
 	e := brewletv1.NodeRuntimeEntry{ID: f.id, Epoch: epoch, Generation: n.install, State: string(vocab.StateInstalling)}
 	if n.gen > 0 {
-		e.State, e.Generation, e.Digest = string(vocab.StateReady), n.gen, kit.DigestN(int(n.gen)) // fleetImage's
+		e.State, e.Generation, e.Digest = string(vocab.StateReady), n.gen, n.digest
 		if n.failed > n.gen {
 			e.Reason, e.FailedGeneration = string(vocab.ReasonPlatformUnavailable), n.failed
 			e.Message = fmt.Sprintf("generation %d refused, generation %d stays in use: the image index has no linux/arm64 manifest", n.failed, n.gen)
@@ -335,6 +347,23 @@ func (f *fleetAgents) counts(gen int64) fleetCounts {
 		n.mu.Unlock()
 	}
 	return c
+}
+
+// serving counts the nodes whose agent is alive (failing ones included) and those of them
+// serving generation gen or newer, with when the last of those started serving it.
+func (f *fleetAgents) serving(gen int64) (live, on int, last time.Time) {
+	for _, n := range f.nodes {
+		n.mu.Lock()
+		if !n.dead {
+			live++
+			if n.gen >= gen {
+				on++
+				last = maxTime(last, n.since)
+			}
+		}
+		n.mu.Unlock()
+	}
+	return live, on, last
 }
 
 // podGeneration is the generation a pod's container runs: the one its node served when it

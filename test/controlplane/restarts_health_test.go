@@ -9,9 +9,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/operator/restarts"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/kit"
@@ -28,6 +30,12 @@ func TestRotationRestartsHaltWhenTheCanaryFails(t *testing.T) {
 	w := startRestartWorld(t, 1, 20*time.Second, "--rotation-restart-max-failures=0", "--rotation-restart-soak=12s")
 	ctx, c := context.Background(), w.cp.Client
 	epoch := w.approve(t)
+	// This test holds the halt: nodes keep the generation (the rollback is
+	// TestRotationRestartFailsOnACrashLoop's).
+	cur := getRI(t, c, "python")
+	patch := client.MergeFrom(cur.DeepCopy())
+	cur.Spec.OnFailure = brewletv1.OnFailureHalt
+	kit.Must(t, c.Patch(ctx, cur, patch))
 	canary := restartDeployment("canary", true)
 	canary.Annotations[vocab.AnnotationRestartPriority] = "100"
 	// Its new pods never count as available: the rollout cannot finish.
@@ -111,7 +119,8 @@ func TestRotationRestartsHaltWhenTheCanaryFails(t *testing.T) {
 }
 
 // A pod of the restarted template crash-looping fails the restart within seconds, long
-// before its progress deadline (here 10 minutes): the kubelet's status is all it takes.
+// before its progress deadline (here 10 minutes): the kubelet's status is all it takes;
+// the failure then rolls the runtime back.
 func TestRotationRestartFailsOnACrashLoop(t *testing.T) {
 	w := startRestartWorld(t, 1, 10*time.Minute, "--rotation-restart-max-failures=0")
 	ctx, c := context.Background(), w.cp.Client
@@ -148,12 +157,26 @@ func TestRotationRestartFailsOnACrashLoop(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%d pods, none of the new template running", len(pods.Items))
 	})
+	// The restart fails at once (PodsFailing); with a budget of 0 that halts the restarts,
+	// and spec.onFailure (RollBack by default) rolls back in the same breath: generation 3
+	// serves digest 1 again, its message keeps how the restart failed, every node is allowed
+	// it at once, and the workload restarted onto generation 2 is restarted back onto it.
 	start := time.Now()
-	w.follow(t, func() { w.reportState(t, 2, epoch, vocab.StateReady) }, "Deployment/web=Failed")
-	for _, r := range getRI(t, c, "python").Status.Rotation.Restarts {
-		if r.Reason != restarts.ReasonPodsFailing || !strings.Contains(r.Message, crashed) || !strings.Contains(r.Message, "crash-looping") {
-			t.Fatalf("restart %+v, want PodsFailing naming %s", r, crashed)
-		}
+	kit.Eventually(t, time.Minute, "the restart failed and the runtime rolled back", func() (bool, string) {
+		w.reportState(t, 2, epoch, vocab.StateReady)
+		got := getRI(t, c, "python")
+		rb := got.Status.RollbackInEffect()
+		return rb != nil && got.Status.Generation == 3 && got.Status.Digest == kit.DigestN(1) && rb.Bad.Generation == 2 && rb.To.Generation == 1 &&
+				meta.IsStatusConditionTrue(got.Status.Conditions, string(vocab.ConditionRolledBack)) &&
+				strings.Contains(rb.Message, "("+restarts.ReasonPodsFailing+")") && strings.Contains(rb.Message, crashed) && strings.Contains(rb.Message, "crash-looping"),
+			fmt.Sprintf("%+v", got.Status)
+	})
+	t.Logf("the crash loop rolled the runtime back %s after the kubelet reported it", time.Since(start).Round(time.Second))
+	expectEvent(t, c, "python", vocab.ReasonRolledBack, corev1.EventTypeWarning)
+	w.follow(t, func() { w.reportState(t, 3, epoch, vocab.StateReady) }, "Deployment/web=InProgress")
+	d := &appsv1.Deployment{}
+	kit.Must(t, c.Get(ctx, client.ObjectKey{Namespace: restartNS, Name: "web"}, d))
+	if b, ok := restarts.ParseBarrier(d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration]); !ok || b.Generation != 3 {
+		t.Fatalf("the workload was not restarted back onto the rollback generation: barrier %+v", b)
 	}
-	t.Logf("the crash loop failed the restart %s after the kubelet reported it", time.Since(start).Round(time.Second))
 }

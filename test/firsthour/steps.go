@@ -77,7 +77,9 @@ func (f *Flow) chartValues() map[string]any {
 	return map[string]any{
 		"apiServer": map[string]any{"host": f.C.APIHost, "port": f.C.APIPort},
 		"operator": map[string]any{"replicas": 1, "image": image("brewlet-operator"),
-			"rotationRestarts": map[string]any{"enabled": true}},
+			// A failure budget of 0: the app is the only opted-in workload, and its failing
+			// restart onto a bad generation rolls the runtime back (TestFirstHourOnKubelet).
+			"rotationRestarts": map[string]any{"enabled": true, "maxFailures": 0}},
 		"provisioner": map[string]any{
 			"image":       image("brewlet-provisioner"),
 			"pools":       []any{map[string]any{"key": cluster.PoolKey, "values": []string{cluster.PoolName}}},

@@ -15,11 +15,9 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -81,104 +79,14 @@ func TestFirstHourOnKubelet(t *testing.T) {
 	t.Run("another rotation: the opted-in app moves, a Deployment that did not opt in stays and is listed", func(t *testing.T) {
 		firstHourSecondRotation(t, f)
 	})
+	t.Run("a digest that keeps the runtime's promise but breaks the app rolls back without moving a byte", func(t *testing.T) {
+		firstHourBrokenApp(t, f)
+	})
 	t.Run("a rotation that breaks the runtime's promise is refused before the node moves, until accepted", func(t *testing.T) {
 		firstHourBrokenPromise(t, f)
 	})
 	t.Run("helm uninstall cleans the node up: as before the install", func(t *testing.T) {
 		firstHourUninstall(t, f, before)
-	})
-}
-
-// python-3.11 rotated to the Node.js runtime: the node's agent compares what the new
-// generation promises with what the one it serves promised and refuses it before current
-// moves (RuntimePromiseBroken); the rotation's condition and a Warning event quote the diff
-// (the version line first) and the app keeps answering on the generation it has. Naming that one
-// digest as breaking lets the node install it; the opted-in app restarted onto it, whose
-// interpreter is gone, fails its restart as soon as its pod crash-loops (PodsFailing).
-func firstHourBrokenPromise(t *testing.T, f *firsthour.Flow) {
-	ctx := context.Background()
-	other := kit.BuildRuntimes(t, f.C.Registry, "all")["node-18-1"]
-	if _, err := f.Sign(ctx, other); err != nil {
-		t.Fatal(err)
-	}
-	_, digest, _ := strings.Cut(other, "@")
-	served := func() (int64, string) {
-		nrt := &brewletv1.NodeRuntime{}
-		if err := f.Clients.CL.Get(ctx, client.ObjectKey{Name: f.C.NodeName}, nrt); err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range nrt.Status.Runtimes {
-			if e.ID == firsthour.RuntimeID {
-				return e.Generation, e.Reason
-			}
-		}
-		return 0, ""
-	}
-	before, _ := served()
-	ri := &brewletv1.RuntimeImage{}
-	kit.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := f.Clients.CL.Get(ctx, client.ObjectKey{Name: firsthour.RuntimeID}, ri); err != nil {
-			return err
-		}
-		ri.Spec.Source.Image = other
-		return f.Clients.CL.Update(ctx, ri)
-	}))
-	kit.Eventually(t, 3*time.Minute, "the node's refusal of another runtime family, with the diff, in the rotation's condition", func() (bool, string) {
-		got := &brewletv1.RuntimeImage{}
-		if err := f.Clients.CL.Get(ctx, client.ObjectKey{Name: firsthour.RuntimeID}, got); err != nil {
-			return false, err.Error()
-		}
-		c := meta.FindStatusCondition(got.Status.Conditions, string(vocab.ConditionRotationProgressing))
-		return c != nil && got.Status.Rotation != nil && got.Status.Rotation.Nodes.Current == 0 && got.Status.Rotation.Nodes.Failed == 1 &&
-			strings.Contains(c.Message, string(vocab.ReasonRuntimePromiseBroken)) && strings.Contains(c.Message, "line python removed"), fmt.Sprintf("%+v", c)
-	})
-	kit.Eventually(t, time.Minute, "a Warning event quoting what breaks", func() (bool, string) {
-		events := &corev1.EventList{}
-		if err := f.Clients.CL.List(ctx, events); err != nil {
-			return false, err.Error()
-		}
-		for _, e := range events.Items {
-			if e.InvolvedObject.Name == firsthour.RuntimeID && e.Reason == string(vocab.ReasonRuntimePromiseBroken) && strings.Contains(e.Message, "line python removed") {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("%d events", len(events.Items))
-	})
-	if gen, reason := served(); gen != before || reason != string(vocab.ReasonRuntimePromiseBroken) {
-		t.Fatalf("the node serves generation %d (%s); want %d kept, with RuntimePromiseBroken", gen, reason, before)
-	}
-	if _, err := f.Ask(ctx, "/", "hello from"); err != nil {
-		t.Fatalf("the app stopped answering after a refused rotation: %v", err)
-	}
-	if out, err := f.Kubectl(ctx, "get", "runtimeimage", firsthour.RuntimeID, "-o", "wide"); err == nil {
-		t.Logf("refused:\n%s", out)
-	}
-
-	// Accepted by name: the node installs it, and the app restarted onto it fails at once.
-	kit.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := f.Clients.CL.Get(ctx, client.ObjectKey{Name: firsthour.RuntimeID}, ri); err != nil {
-			return err
-		}
-		ri.Spec.Compatibility = &brewletv1.Compatibility{AcceptBreaking: digest}
-		return f.Clients.CL.Update(ctx, ri)
-	}))
-	if err := f.WaitRotated(ctx, digest); err != nil {
-		t.Fatalf("the accepted digest did not reach the node: %v", err)
-	}
-	kit.Eventually(t, 3*time.Minute, "the app's restart onto a runtime without its interpreter failed (PodsFailing)", func() (bool, string) {
-		got := &brewletv1.RuntimeImage{}
-		if err := f.Clients.CL.Get(ctx, client.ObjectKey{Name: firsthour.RuntimeID}, got); err != nil {
-			return false, err.Error()
-		}
-		if got.Status.Rotation == nil {
-			return false, "no rotation status"
-		}
-		for _, r := range got.Status.Rotation.Restarts {
-			if r.Name == firsthour.App && r.Outcome == "Failed" && r.Reason == "PodsFailing" {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("%+v", got.Status.Rotation.Restarts)
 	})
 }
 

@@ -116,7 +116,7 @@ func Decide(in Input) Decision {
 		if ri == nil || ri.Status.Epoch != ri.UID {
 			continue // no generation of this epoch yet: the agent installs nothing anyway
 		}
-		t := rollout.Target{Epoch: ri.UID, Generation: ri.Status.Generation, Digest: ri.Status.Digest}
+		t := rollout.TargetOf(ri)
 		t.ServedElsewhere = servedOutside(t, in.Runtimes, o.ID, assigned)
 		nodes := make([]rollout.Node, 0, len(assigned))
 		for _, n := range assigned {

@@ -132,6 +132,16 @@ type Target struct {
 	// Pause says what holds every restart ("" nothing): the RuntimeImage's spec.paused, or
 	// the pause of every rotation (fleetpause.Of).
 	Pause string
+	// Rollback: the target serves generation Same's digest again after a generation failed
+	// workloads. Containers on Same run the target's bytes and are not restarted; restarts
+	// back start at once (no soak, no restart window: pods are on a generation shown to
+	// break workloads).
+	Rollback bool
+	Same     int64
+	// Bad is the generation the rollback replaces: a workload whose template was restarted
+	// onto it is restarted back even when none of its containers runs right now (a crash
+	// loop between two attempts), so its pods start afresh instead of waiting out a backoff.
+	Bad int64
 }
 
 func specPaused(id string) string {
@@ -149,6 +159,9 @@ func TargetOf(ri *brewletv1.RuntimeImage) (Target, bool) {
 		return Target{}, false
 	}
 	t := Target{Barrier: Barrier{ID: ri.Name, Epoch: ri.UID, Generation: st.Generation}, CompletedAt: rot.RotationCompletedAt.Time}
+	if rb := st.RollbackInEffect(); rb != nil {
+		t.Rollback, t.Same, t.Bad = true, rb.To.Generation, rb.Bad.Generation
+	}
 	if ri.Spec.Paused {
 		t.Pause = specPaused(ri.Name)
 	}
@@ -231,12 +244,16 @@ func unsettled(w Workload, tasks Tasks) string {
 	return ""
 }
 
-// needsRestart: one of the workload's pods runs an older generation or epoch by a trusted
+// needsRestart: the workload was restarted onto the generation a rollback replaces, or one
+// of the workload's pods runs an older generation (not the one a rollback serves again) or epoch by a trusted
 // report, or sits on a node without a fresh, complete report and was created before the
 // rotation completed (a missing or stale report means restart, to be safe). A pod that a
 // trusted node does not list runs no container of this runtime (not started yet, or done):
 // it starts on the current generation.
 func needsRestart(w Workload, t Target, tasks Tasks) bool {
+	if b, ok := ParseBarrier(w.Barrier); ok && t.Rollback && b.ID == t.ID && b.Epoch == t.Epoch && b.Generation == t.Bad {
+		return true
+	}
 	for _, p := range w.Pods {
 		if p.Node == "" {
 			continue // not scheduled: it will start on a current node
@@ -248,7 +265,7 @@ func needsRestart(w Workload, t Target, tasks Tasks) bool {
 			continue
 		}
 		for _, task := range tasks.ByPod[PodOnNode{Node: p.Node, UID: p.UID}] {
-			if task.Epoch != t.Epoch || task.Generation < t.Generation {
+			if task.Epoch != t.Epoch || (task.Generation < t.Generation && (!t.Rollback || task.Generation != t.Same)) {
 				return true
 			}
 		}
@@ -380,7 +397,7 @@ func Decide(t Target, workloads []Workload, tasks Tasks, previous []brewletv1.Wo
 // rotation completed, spec.paused or the fleet pause, the health gate (HaltOf), or the
 // restart window.
 func holdOf(actions []Action, t Target, p Policy, now time.Time) (reason, msg string) {
-	if soakEnd := t.CompletedAt.Add(p.Soak); now.Before(soakEnd) {
+	if soakEnd := t.CompletedAt.Add(p.Soak); now.Before(soakEnd) && !t.Rollback {
 		return ReasonSoaking, fmt.Sprintf("the rotation completed at %s; restarts start after the soak period of %s, at %s",
 			t.CompletedAt.UTC().Format(time.RFC3339), p.Soak, soakEnd.UTC().Format(time.RFC3339))
 	}
@@ -391,7 +408,7 @@ func holdOf(actions []Action, t Target, p Policy, now time.Time) (reason, msg st
 		// The new generation hurt too many workloads.
 		return string(vocab.ReasonRestartsHalted), h.Message
 	}
-	if p.Window != nil {
+	if p.Window != nil && !t.Rollback {
 		if open, opens := p.Window.At(now); !open {
 			when := "never again (the schedule does not fire any more)"
 			if !opens.IsZero() {

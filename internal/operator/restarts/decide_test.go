@@ -457,3 +457,30 @@ func TestDecideFleetPause(t *testing.T) {
 		t.Fatalf("fleet pause: %q %+v", s, got[0].Record)
 	}
 }
+
+// A rollback target (generation 3 serving generation 1's digest again after generation 2
+// failed): pods on generation 1 run its bytes and stay; pods on the failed generation are
+// restarted back at once, whatever the soak period and the restart window say.
+func TestDecideRollback(t *testing.T) {
+	back := target
+	back.Rollback, back.Same, back.Bad = true, 1, 2
+	p := policy
+	p.Soak = time.Hour
+	w, err := ParseWindow("0 2 * * *", time.Minute, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Window = w
+	looping := wl("looping", pod("p4", before)) // restarted onto 2, its container between two crashes
+	looping.Barrier = barrier(2, epoch)
+	ws := []Workload{wl("never-moved", pod("p1", before)), wl("moved", pod("p2", before)), wl("older", pod("p3", before)), looping}
+	p.MaxConcurrent = 3
+	got := Decide(back, ws, running(map[string]int64{"p1": 1, "p2": 2, "p3": -1}), nil, 0, p, now)
+	if s := summary(got); s != "looping:InProgress+patch moved:InProgress+patch older:InProgress+patch" {
+		t.Fatalf("rollback restarts: %q", s)
+	}
+	// The same tasks for an ordinary target: generation 1 is old, and the soak holds all.
+	if s := summary(Decide(target, ws, running(map[string]int64{"p1": 1, "p2": 2, "p3": -1}), nil, 0, p, now)); s != "moved:Pending never-moved:Pending older:Pending" {
+		t.Fatalf("ordinary target: %q", s)
+	}
+}

@@ -72,6 +72,16 @@ type Target struct {
 	Digest string
 	// ServedElsewhere counts the nodes of other pools that serve the target (Halted).
 	ServedElsewhere int
+	// Rollback: the target serves an earlier generation's digest again after a generation
+	// failed workloads (RuntimeImageStatus.RollbackInEffect). Every node is allowed it at
+	// once, whatever the waves, a halt or a pause say: it moves nodes back to what they
+	// served, from what they have installed.
+	Rollback bool
+}
+
+// TargetOf is the rollout target of a RuntimeImage's current generation.
+func TargetOf(ri *brewletv1.RuntimeImage) Target {
+	return Target{Epoch: ri.UID, Generation: ri.Status.Generation, Digest: ri.Status.Digest, Rollback: ri.Status.RollbackInEffect() != nil}
 }
 
 // Node is one assigned node as read: the allowed generation its NodeRuntime spec holds for
@@ -325,7 +335,7 @@ func Decide(t Target, nodes []Node, p Policy, now time.Time) Decision {
 	})
 	slots := p.MaxUnavailable - installing
 	for _, n := range waiting {
-		if t.Generation == 1 {
+		if t.Generation == 1 || t.Rollback {
 			allow(n)
 			d.Phases[n.Name] = PhaseInstalling
 			continue

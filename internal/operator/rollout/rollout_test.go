@@ -354,3 +354,19 @@ func TestUnbelievableReports(t *testing.T) {
 		t.Fatalf("decision %+v", d)
 	}
 }
+
+// A rollback is allowed to every node at once: no wave, no halt, no pause holds it.
+func TestDecideRollback(t *testing.T) {
+	p := Policy{MaxUnavailable: 1, MaxFailures: 0, NodeTimeout: time.Minute, Paused: true}
+	nodes := []Node{
+		{Name: "a", Allowed: 3, Report: rep(3, "Ready")},
+		{Name: "b", Allowed: 3, Report: &brewletv1.NodeRuntimeEntry{ID: "py", Epoch: "e1", Generation: 2, State: "Ready", FailedGeneration: 3}},
+		{Name: "c", Allowed: 2, Report: rep(2, "Ready")},
+	}
+	if d := Decide(Target{Epoch: "e1", Generation: 4, Rollback: true}, nodes, p, now); !maps.Equal(d.Allowed, map[string]int64{"a": 4, "b": 4, "c": 4}) {
+		t.Fatalf("rollback allowed %v", d.Allowed)
+	}
+	if d := Decide(Target{Epoch: "e1", Generation: 4}, nodes, p, now); d.Allowed["c"] == 4 {
+		t.Fatalf("an ordinary paused rotation let a waiting node through: %v", d.Allowed)
+	}
+}

@@ -76,20 +76,34 @@ func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFail
 	case held:
 		// A rotation to an unsigned digest stops here: the status keeps the generation the
 		// nodes have, and the agents install only the digest the status names.
+	case st.Epoch == ri.UID && holdsBadDigest(&st, digest):
+		// Rolled back from this digest: it is not tried again until the spec names another.
 	case st.Epoch != ri.UID || (st.Digest == "" && digest != ""):
 		// First sight of this epoch. A status carrying another epoch (restored from a
 		// backup, written by hand) is never trusted for this one, but its generation is
 		// still not reused: counting on from it keeps the number monotonic for anyone who
 		// saw it, and generations of different epochs are never compared.
 		st.Epoch, st.Generation, st.Digest = ri.UID, st.Generation+1, digest
-		st.Rotation = nil
+		st.Rotation, st.Previous, st.RolledBack = nil, nil, nil
 	case digest != "" && digest != st.Digest:
 		// A rotation: a new digest is a new generation, even a digest this epoch used
 		// before (generations are never reused). A change of repository with the same
 		// digest is the same content and keeps the generation (docs/operator.md: a generation is
 		// one digest bound to an ID).
+		st.Previous = &brewletv1.GenerationRef{Generation: st.Generation, Digest: st.Digest, Image: st.Image}
 		st.Generation++
 		st.Digest = digest
+		st.RolledBack = nil
+	}
+	if digest != "" && digest == st.Digest {
+		st.Image = ri.Spec.Source.Image // the source of the current generation, mirror moves included
+	}
+	if rb := st.RollbackInEffect(); rb != nil && !rb.Released && digest != rb.Bad.Digest {
+		rb.Released = true // the spec named another digest: naming the bad one again is a new decision
+	}
+	rolledBack, rollbackEvents := rollBack(ri, &st, sigs.Previous.about(previousDigest(&ri.Status)), now)
+	if st.Digest != ri.Status.Digest && st.RollbackInEffect() != nil {
+		sigs.Current = sigs.Previous // the verdict on the digest the status now names
 	}
 	st.ObservedGeneration = ri.Generation
 
@@ -121,6 +135,11 @@ func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFail
 	} else {
 		meta.RemoveStatusCondition(&st.Conditions, string(vocab.ConditionSignatureVerified))
 	}
+	if rolledBack != nil {
+		meta.SetStatusCondition(&st.Conditions, *rolledBack)
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, string(vocab.ConditionRolledBack))
+	}
 	var broken map[string]string
 	d.NextDeadline, broken = rotation(ri, &st, reports, maxFailures, silent, fleetPause, now)
 	d.Recheck = st.Rotation != nil && st.Rotation.RotationCompletedAt == nil && st.Rotation.Nodes != (brewletv1.RotationNodeCounts{})
@@ -130,6 +149,7 @@ func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFail
 	}
 	d.Status = st
 	d.Events = append(conditionEvents(ri.Status.Conditions, st.Conditions), exclusionEvents(ri.Status.Rotation, st.Rotation, broken)...)
+	d.Events = append(d.Events, rollbackEvents...)
 
 	has := slices.Contains(ri.Finalizers, vocab.FinalizerRevocation)
 	d.AddFinalizer = !deleting && !has

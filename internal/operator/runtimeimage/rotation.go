@@ -51,7 +51,7 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 	stuck := 0
 	reporting := 0
 	firstFailure := "" // what the first failing node says of the target: why it halts
-	target := rollout.Target{Epoch: ri.UID, Generation: st.Generation, Digest: st.Digest}
+	target := rollout.Target{Epoch: ri.UID, Generation: st.Generation, Digest: st.Digest, Rollback: st.RollbackInEffect() != nil}
 	for i := range reports {
 		for _, e := range reports[i].Status.Runtimes {
 			if e.ID != ri.Name || e.Epoch != ri.UID || e.State == string(vocab.StateRevoked) {
@@ -117,11 +117,11 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 		if firstFailure != "" {
 			prog.Message += ". " + firstFailure
 		}
-	case !done && ri.Spec.Paused:
+	case !done && ri.Spec.Paused && !target.Rollback:
 		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonRotationPaused)
 		prog.Message = fmt.Sprintf("spec.paused holds the rotation: %d of %d node(s) serve generation %d, no further node is allowed it and no workload restart starts; set spec.paused to false to resume",
 			counts.Current, reporting, g)
-	case !done && fleetPause != "":
+	case !done && fleetPause != "" && !target.Rollback:
 		prog.Status, prog.Reason = metav1.ConditionFalse, string(vocab.ReasonRotationPaused)
 		prog.Message = fmt.Sprintf("%d of %d node(s) serve generation %d. %s", counts.Current, reporting, g, fleetPause)
 	case done && counts.Excluded > 0:
@@ -137,6 +137,9 @@ func rotation(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, repo
 	default:
 		prog.Status, prog.Reason = metav1.ConditionTrue, string(vocab.ReasonRotating)
 		prog.Message = fmt.Sprintf("%d of %d node(s) serve generation %d; %d installing, %d failed", counts.Current, reporting, g, counts.Installing, counts.Failed)
+		if rb := st.RollbackInEffect(); rb != nil {
+			prog.Message = fmt.Sprintf("rolling back from generation %d to generation %d's digest: ", rb.Bad.Generation, rb.To.Generation) + prog.Message
+		}
 		if stuck > 0 {
 			prog.Message += fmt.Sprintf(", %d excluded as stuck: %s", stuck, failing(excluded, rot.ExcludedNodes))
 		}

@@ -59,6 +59,42 @@ type verdict struct {
 // it is held, the digest of the generation the nodes have, judged by the same requirements.
 type Verdicts struct {
 	Spec, Current Signature
+	// Previous is the verdict on status.previous's digest while a rollback to it is due
+	// (rollbackDue): a digest that stopped verifying is not served again.
+	Previous Signature
+}
+
+// imagesToCheck are the images whose signatures Decide needs a verdict on, in Verdicts'
+// order (spec, current, previous; "" where none is needed).
+func imagesToCheck(ri *brewletv1.RuntimeImage) []string {
+	images := []string{ri.Spec.Source.Image, "", ""}
+	if cur := ri.Status.Digest; cur != "" && cur != DigestOf(ri.Spec.Source.Image) && ri.Status.Epoch == ri.UID {
+		// Looked up where the generation came from: after a rollback, or a rotation held on
+		// an unsigned digest of another repository, the spec's repository may not hold it.
+		images[1] = imageOf(brewletv1.GenerationRef{Digest: cur, Image: ri.Status.Image}, ri.Spec.Source.Image)
+	}
+	if due, prev := rollbackDue(ri, &ri.Status); due && prev != nil {
+		images[2] = imageOf(*prev, ri.Spec.Source.Image)
+	}
+	return images
+}
+
+// imageOf is where a generation can be pulled from: the image recorded with it, else the
+// spec's repository at its digest (statuses written before images were recorded).
+func imageOf(g brewletv1.GenerationRef, specImage string) string {
+	if _, d, ok := strings.Cut(g.Image, "@"); ok && d == g.Digest {
+		return g.Image
+	}
+	repo, _, _ := strings.Cut(specImage, "@")
+	return repo + "@" + g.Digest
+}
+
+// previousDigest is the digest a due rollback would serve again ("": none is due).
+func previousDigest(st *brewletv1.RuntimeImageStatus) string {
+	if st.Previous == nil {
+		return ""
+	}
+	return st.Previous.Digest
 }
 
 // CheckAll returns the verdicts for ri and when to look again (0: not needed). Nothing is
@@ -70,17 +106,15 @@ func (c *SignatureChecker) CheckAll(ctx context.Context, ri *brewletv1.RuntimeIm
 	if c == nil {
 		c = &SignatureChecker{}
 	}
-	images := []string{ri.Spec.Source.Image}
-	if cur := ri.Status.Digest; cur != "" && cur != DigestOf(ri.Spec.Source.Image) && ri.Status.Epoch == ri.UID {
-		repo, _, _ := strings.Cut(ri.Spec.Source.Image, "@")
-		images = append(images, repo+"@"+cur)
-	}
+	images := imagesToCheck(ri)
 	reqs, err := signature.For(ri.Name, ri.Spec.Verification, c.Cluster, c.Root)
-	var sigs [2]Signature
+	var sigs [3]Signature
 	var after time.Duration
 	for i, image := range images {
 		var a time.Duration
 		switch {
+		case image == "":
+			continue
 		case err != nil:
 			sigs[i] = Signature{State: SignatureRefused, Digest: DigestOf(image), Reason: vocab.ReasonOf(err), Message: err.Error()}
 		case len(reqs) == 0:
@@ -92,7 +126,7 @@ func (c *SignatureChecker) CheckAll(ctx context.Context, ri *brewletv1.RuntimeIm
 			after = a
 		}
 	}
-	return Verdicts{Spec: sigs[0], Current: sigs[1]}, after
+	return Verdicts{Spec: sigs[0], Current: sigs[1], Previous: sigs[2]}, after
 }
 
 // check judges one image (repo@digest) by reqs, which require something.

@@ -23,7 +23,8 @@ const (
 
 // observeTasks fills st.TaskObservations, st.OmittedNodes and the OldGenerationTasks
 // condition: per node, the containers of this runtime ID that run a generation older than
-// st.Generation or a previous epoch, as the node last reported them. A node whose report is
+// st.Generation (but the generation a rollback to it serves again: the same bytes) or a
+// previous epoch, as the node last reported them. A node whose report is
 // incomplete or whose agent's heartbeat is not fresh keeps its last bindings, marked
 // current=false: a silent node is never assumed to have stopped them. observedAt is the
 // time of the node's report (not of its heartbeat), so heartbeats alone never rewrite the
@@ -41,7 +42,7 @@ func observeTasks(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, 
 		var bindings []brewletv1.TaskBinding
 		malformed := int32(0)
 		for _, t := range r.Status.Tasks {
-			if t.ID != ri.Name || (t.Epoch == ri.UID && t.Generation >= st.Generation) {
+			if t.ID != ri.Name || (t.Epoch == ri.UID && (t.Generation >= st.Generation || st.SameBytes(t.Generation))) {
 				continue
 			}
 			if !usableTask(t) {

@@ -181,6 +181,8 @@ func (a *Agent) install(ctx context.Context, req install.Request) error {
 	a.Metrics.ObserveInstall(req.ID, installOutcome(err), time.Since(start))
 	if err != nil {
 		a.logf("install %s generation %d: %v", req.ID, req.Generation, err)
+	} else if res.Reinstated > 0 {
+		a.logf("installed %s generation %d from generation %d's layers on this node (the same digest): 0 layers fetched, %d reused (%s)", req.ID, req.Generation, res.Reinstated, res.LayersReused, res.Phases)
 	} else {
 		a.logf("installed %s generation %d: %d layers fetched, %d reused (%s)", req.ID, req.Generation, res.LayersFetched, res.LayersReused, res.Phases)
 	}

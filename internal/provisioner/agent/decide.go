@@ -52,9 +52,13 @@ type Target struct {
 	Verification string
 	// AcceptBreaking: the digest spec.compatibility.acceptBreaking accepts ("": none).
 	AcceptBreaking string
-	Revoke         bool // withdraw: labels off, authorization revoked
-	Reason         vocab.Reason
-	Message        string
+	// Rollback: the generation serves an earlier one's digest again after a generation
+	// failed workloads (RuntimeImageStatus.RollbackInEffect): it is not held to the promise
+	// of the generation it replaces, which broke the promise the node kept before.
+	Rollback bool
+	Revoke   bool // withdraw: labels off, authorization revoked
+	Reason   vocab.Reason
+	Message  string
 }
 
 // Targets decides, per ID the profile offers and per ID the node still holds, whether to
@@ -146,10 +150,21 @@ func target(id string, offered map[string]string, ri *brewletv1.RuntimeImage, d 
 	// digest; after a rotation to another repository, before brewlet-operator assigned the
 	// new generation, "new repository @ old digest" is not what was approved (and may
 	// not exist): install nothing until the status catches up.
-	if _, digest, _ := strings.Cut(ri.Spec.Source.Image, "@"); digest != st.Digest {
-		return t
+	t.Rollback = st.RollbackInEffect() != nil
+	repo, digest, _ := strings.Cut(ri.Spec.Source.Image, "@")
+	switch {
+	case digest == st.Digest:
+		t.Image = ri.Spec.Source.Image
+	case t.Rollback && digest == st.RolledBack.Bad.Digest:
+		// A rollback: the spec still names the digest that failed, the status the one
+		// before it. A node that has it installed moves no byte (install.Installer finds it);
+		// one that has not pulls it from where that generation came from (recorded with
+		// it), else from the spec's repository.
+		t.Image = repo + "@" + st.Digest
+		if _, d, ok := strings.Cut(st.RolledBack.To.Image, "@"); ok && d == st.Digest {
+			t.Image = st.RolledBack.To.Image
+		}
 	}
-	t.Image = ri.Spec.Source.Image
 	return t
 }
 

@@ -252,3 +252,31 @@ func TestModeOf(t *testing.T) {
 		})
 	}
 }
+
+// A rollback generation is installed from the spec's repository at the status's digest
+// (the spec still names the failed one) and is not held to the failed one's promise; the
+// failed digest itself is never pulled for it, and a status naming a digest the spec does
+// not, without a rollback, installs nothing.
+func TestTargetsOfARollback(t *testing.T) {
+	const good, bad = "sha256:1111111111111111111111111111111111111111111111111111111111111111", "sha256:2222222222222222222222222222222222222222222222222222222222222222"
+	r := &brewletv1.RuntimeImage{ObjectMeta: metav1.ObjectMeta{Name: "py", UID: "u1"},
+		Spec: brewletv1.RuntimeImageSpec{Source: brewletv1.RuntimeImageSource{Image: "reg/rt/py@" + bad}, User: brewletv1.RuntimeUser{UID: 10, GID: 11}},
+		Status: brewletv1.RuntimeImageStatus{Epoch: "u1", Generation: 4, Digest: good,
+			RolledBack: &brewletv1.Rollback{Generation: 4, To: brewletv1.GenerationRef{Generation: 2, Digest: good}, Bad: brewletv1.GenerationRef{Generation: 3, Digest: bad}},
+			Conditions: []metav1.Condition{{Type: "Approved", Status: metav1.ConditionTrue}}}}
+	p := profile("a", "general")
+	spec := brewletv1.NodeRuntimeSpec{Runtimes: []brewletv1.RuntimeDirective{{ID: "py", Install: "Eager", AllowedGeneration: 4}}}
+	ts := Targets(&p, map[string]*brewletv1.RuntimeImage{"py": r}, spec, nil)
+	if len(ts) != 1 || ts[0].Image != "reg/rt/py@"+good || !ts[0].Rollback || ts[0].Generation != 4 || !requestOf(ts[0]).Rollback {
+		t.Fatalf("rollback target %+v", ts)
+	}
+	// Recorded with the generation it serves again: pulled from there (another repository).
+	r.Status.RolledBack.To.Image = "reg/rt/python-old@" + good
+	if ts := Targets(&p, map[string]*brewletv1.RuntimeImage{"py": r}, spec, nil); ts[0].Image != "reg/rt/python-old@"+good {
+		t.Fatalf("rollback target with the generation's image recorded %+v", ts[0])
+	}
+	r.Status.RolledBack = nil
+	if ts := Targets(&p, map[string]*brewletv1.RuntimeImage{"py": r}, spec, nil); ts[0].Image != "" || ts[0].Rollback {
+		t.Fatalf("a status digest the spec does not name, without a rollback: %+v", ts[0])
+	}
+}

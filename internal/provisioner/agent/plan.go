@@ -157,7 +157,7 @@ func PlanEntry(t Target, f Facts, step InstallStep, running bool, authorizedUnti
 // requestOf is the install a target asks for.
 func requestOf(t Target) install.Request {
 	return install.Request{ID: t.ID, Epoch: t.Epoch, Generation: t.Generation, Image: t.Image, UID: t.UID, GID: t.GID,
-		Verification: t.Verification, AcceptBreaking: t.AcceptBreaking}
+		Verification: t.Verification, AcceptBreaking: t.AcceptBreaking, Rollback: t.Rollback}
 }
 
 // entryOf is a target's entry before any decision.

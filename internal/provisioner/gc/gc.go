@@ -156,6 +156,10 @@ func (s *sweep) collectID(id string) (removed []string, err error) {
 	if err != nil {
 		return nil, err
 	}
+	var fallback hoststate.Ref
+	if keepCurrent {
+		fallback = s.fallback(id, cur, refs)
+	}
 	for _, ref := range refs {
 		if err := s.ctx.Err(); err != nil {
 			return removed, err
@@ -172,7 +176,7 @@ func (s *sweep) collectID(id string) (removed []string, err error) {
 			continue
 		}
 		key := id + "/" + ref.String()
-		if !curKnown || (keepCurrent && cur == ref) || s.leased[key] || s.allMounted(meta.Layers) ||
+		if !curKnown || (keepCurrent && (cur == ref || fallback == ref)) || s.leased[key] || s.allMounted(meta.Layers) ||
 			!s.expired(s.prev.Generations, s.next.Generations, key) {
 			for _, l := range meta.Layers {
 				s.keep[strings.TrimPrefix(l, "sha256:")] = true
@@ -191,6 +195,27 @@ func (s *sweep) collectID(id string) (removed []string, err error) {
 		removed = append(removed, key)
 	}
 	return removed, nil
+}
+
+// fallback is the generation a rollback from current would serve again, kept with it: the
+// newest generation of current's epoch older than current with another digest (zero: none,
+// or current's metadata unreadable). Keeping it costs the disk of its own layers and makes
+// a rollback move no byte whenever it comes.
+func (s *sweep) fallback(id string, cur hoststate.Ref, refs []hoststate.Ref) hoststate.Ref {
+	now, err := s.c.Layout.ReadGeneration(id, cur)
+	if err != nil {
+		return hoststate.Ref{}
+	}
+	var best hoststate.Ref
+	for _, r := range refs {
+		if r.Epoch != cur.Epoch || r.Generation >= cur.Generation || r.Generation <= best.Generation {
+			continue
+		}
+		if g, err := s.c.Layout.ReadGeneration(id, r); err == nil && g.Digest != now.Digest {
+			best = r
+		}
+	}
+	return best
 }
 
 // expired records key as unused (since the time of the record, or now when new) and

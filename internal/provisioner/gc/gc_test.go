@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -184,5 +185,46 @@ func TestCollectorYieldsToInstallsContextAndLease(t *testing.T) {
 	}
 	if got := n.sweep(); len(got.Generations) != 1 {
 		t.Fatalf("GC after all that: %+v", got)
+	}
+}
+
+// The newest older generation with another digest than current stays with it, unused or
+// not: a rollback serves it again without fetching a byte. Older ones, and generations of
+// current's digest (what a rollback made current again), go after their grace.
+func TestCollectorKeepsTheRollbackTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		digests map[int64]string // generation -> digest; the newest is current
+		kept    []int64
+		removed []string
+	}{
+		{"after a rotation", map[int64]string{1: "sha256:a", 2: "sha256:b", 3: "sha256:c"}, []int64{2, 3}, []string{"py/e1/1"}},
+		{"after a rollback", map[int64]string{1: "sha256:a", 2: "sha256:b", 3: "sha256:a"}, []int64{2, 3}, []string{"py/e1/1"}},
+		{"the same digest throughout", map[int64]string{1: "sha256:a", 2: "sha256:a", 3: "sha256:a"}, []int64{3}, []string{"py/e1/1", "py/e1/2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newGCNode(t)
+			for gen := int64(1); gen <= 3; gen++ {
+				if dir := n.l.GenerationDir("py", "e1", gen); n.exists(dir) {
+					n.must(os.Chmod(dir, 0o755))
+					n.must(os.Chmod(filepath.Join(dir, "metadata.json"), 0o644))
+					n.must(os.RemoveAll(dir))
+				}
+				n.must(n.l.WriteGeneration(hoststate.Generation{ID: "py", Epoch: "e1", Generation: gen, Digest: tc.digests[gen],
+					Layers: []string{"sha256:" + n.base}}))
+			}
+			n.must(n.l.SetCurrent("py", hoststate.Ref{Epoch: "e1", Generation: 3}))
+			n.sweep()
+			n.now = n.now.Add(2 * time.Hour)
+			got := n.sweep()
+			if !slices.Equal(got.Generations, tc.removed) {
+				t.Fatalf("removed %v, want %v", got.Generations, tc.removed)
+			}
+			for _, g := range tc.kept {
+				if !n.exists(n.l.GenerationDir("py", "e1", g)) {
+					t.Fatalf("generation %d was removed", g)
+				}
+			}
+		})
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"brewlet.sh/brewlet/internal/golden"
 	"brewlet.sh/brewlet/internal/hoststate"
+	"brewlet.sh/brewlet/internal/provisioner/writer"
 	"brewlet.sh/brewlet/internal/registry"
 	"brewlet.sh/brewlet/internal/registry/credprovider"
 	"brewlet.sh/brewlet/internal/signature"
@@ -92,6 +93,9 @@ type Request struct {
 	// AcceptBreaking is the digest the RuntimeImage accepts as breaking the promise of the
 	// generation the node serves (keepsPromise; "": none).
 	AcceptBreaking string
+	// Rollback: the generation serves an earlier generation's digest again after the one
+	// the node may serve failed workloads; it is not compared with that one's promise.
+	Rollback bool
 }
 
 // Result reports what an install did.
@@ -102,6 +106,9 @@ type Result struct {
 	BytesFetched  int64 // uncompressed bytes extracted
 	// Skipped lists the mirrors that failed before the source that served the install.
 	Skipped []string
+	// Reinstated is the generation of this node whose layers the install reused for the
+	// same digest without pulling the image (0: it was pulled).
+	Reinstated int64
 	// Phases says where the install's time went, for the agent's log: "resolve=12ms
 	// extract=380ms place=1ms validate=35ms publish=8ms" (manifest and config; fetching,
 	// verifying, extracting and syncing the missing layers; renaming them into the cache;
@@ -141,6 +148,13 @@ func (in *Installer) Install(ctx context.Context, req Request) (*Result, error) 
 	root := in.Layout.LayerDir("")
 	for _, name := range collectStale(root, time.Now()) {
 		in.logf("removed %s left in the layer cache by an interrupted install", name)
+	}
+	if from, ok := in.installedAs(req, ref.DigestStr()); ok {
+		res, err := in.reinstate(dctx, req, ref, from)
+		if err == nil || ctx.Err() != nil || Refused(err) || errors.Is(err, writer.ErrNotWriter) {
+			return res, err
+		}
+		in.logf("runtime %s generation %d: generation %d of this node holds %s but cannot serve it (%v); pulling it", req.ID, req.Generation, from.Generation, ref.DigestStr(), err)
 	}
 	sources, err := in.sources(ctx, req, ref)
 	if err != nil {
@@ -244,7 +258,7 @@ func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Dige
 	defer func() { _ = ws.Close() }()
 	res := &Result{}
 	b := &budget{limits: in.Limits.withDefaults()}
-	var dirs, diffIDs []string
+	var diffIDs []string
 	var fetches []layerFetch
 	var again []layerMarker // layers the image lists more than once: charged each time
 	seen := map[string]bool{}
@@ -254,7 +268,7 @@ func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Dige
 			return nil, pullErr(req, err)
 		}
 		dir := in.Layout.LayerDir(diffID.Hex)
-		dirs, diffIDs = append(dirs, dir), append(diffIDs, diffID.String())
+		diffIDs = append(diffIDs, diffID.String())
 		if seen[diffID.Hex] {
 			again = append(again, layerMarker{DiffID: diffID.String()})
 			continue
@@ -287,26 +301,41 @@ func (in *Installer) installFrom(ctx context.Context, req Request, ref name.Dige
 		res.LayersReused++
 	}
 	ph.mark("place")
+	signed, err := in.signedUnder(req)
+	if err != nil {
+		return nil, err
+	}
+	return in.publish(ctx, req, hoststate.Generation{Digest: ref.DigestStr(), Platform: platform.String(),
+		Env: cf.Config.Env, Layers: diffIDs, SignedUnder: signed}, res, &ph)
+}
+
+// publish validates the composed root of g's layers (all in the cache) as generation req,
+// holds it to the promise of the generation the node serves, records it and moves current
+// to it. g carries what the image says (digest, platform, environment, layers); the rest
+// is filled here.
+func (in *Installer) publish(ctx context.Context, req Request, g hoststate.Generation, res *Result, ph *phases) (*Result, error) {
+	dirs := make([]string, len(g.Layers))
+	for i, l := range g.Layers {
+		dirs[i] = in.Layout.LayerDir(strings.TrimPrefix(l, "sha256:"))
+	}
 	root, err := golden.IndexDirLayersContext(ctx, dirs)
 	if err != nil {
 		return nil, err
 	}
-	v, err := golden.Validate(root, cf.Config.Env, golden.User{UID: req.UID, GID: req.GID})
+	v, err := golden.Validate(root, g.Env, golden.User{UID: req.UID, GID: req.GID})
 	if err != nil {
 		return nil, err
 	}
-	if err := in.keepsPromise(ctx, req, ref.DigestStr(), root, cf.Config.Env); err != nil {
+	if err := in.keepsPromise(ctx, req, g.Digest, root, g.Env); err != nil {
 		return nil, err
 	}
 	ph.mark("validate")
 	if err := in.mayWrite(ctx); err != nil {
 		return nil, err
 	}
-	res.Generation = hoststate.Generation{
-		ID: req.ID, Epoch: req.Epoch, Generation: req.Generation, Digest: ref.DigestStr(),
-		Platform: platform.String(), Env: cf.Config.Env, UID: req.UID, GID: req.GID,
-		Home: v.Home, HasPath: v.HasPath, Path: v.Path, Layers: diffIDs,
-	}
+	g.ID, g.Epoch, g.Generation, g.UID, g.GID = req.ID, req.Epoch, req.Generation, req.UID, req.GID
+	g.Home, g.HasPath, g.Path = v.Home, v.HasPath, v.Path
+	res.Generation = g
 	if err := in.Layout.WriteGeneration(res.Generation); err != nil {
 		return nil, err
 	}

@@ -17,6 +17,9 @@ import (
 // digest as breaking. The first generation of an epoch, or a node serving none, has no
 // promise to keep. Both trees are read from the layer cache; nothing in them runs.
 func (in *Installer) keepsPromise(ctx context.Context, req Request, digest string, root *golden.Root, env []string) error {
+	if req.Rollback {
+		return nil
+	}
 	cur, err := in.Layout.Current(req.ID)
 	if err != nil || cur.Epoch != req.Epoch || cur.Generation >= req.Generation {
 		return nil

@@ -29,30 +29,7 @@ func TestInstallKeepsThePromise(t *testing.T) {
 	srv := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(srv.Close)
 	u, _ := url.Parse(srv.URL)
-	push := func(tag string, tools ...string) string {
-		t.Helper()
-		hs := []hdr{{Name: "usr/", Typeflag: tar.TypeDir, Mode: 0o755}, {Name: "usr/bin/", Typeflag: tar.TypeDir, Mode: 0o755}}
-		for _, tool := range tools {
-			hs = append(hs, hdr{Name: "usr/bin/" + tool, Typeflag: tar.TypeReg, Mode: 0o755})
-		}
-		tb := tarOf(t, hs...)
-		layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tb)), nil })
-		must(t, err)
-		img, err := mutate.AppendLayers(empty.Image, layer)
-		must(t, err)
-		cf, err := img.ConfigFile()
-		must(t, err)
-		cf = cf.DeepCopy()
-		cf.OS, cf.Architecture, cf.Config.Env = "linux", "amd64", []string{"PATH=/usr/bin"}
-		img, err = mutate.ConfigFile(img, cf)
-		must(t, err)
-		ref, err := name.ParseReference(u.Host+"/runtimes/tools:"+tag, name.Insecure)
-		must(t, err)
-		must(t, remote.Write(ref, img))
-		d, err := img.Digest()
-		must(t, err)
-		return u.Host + "/runtimes/tools@" + d.String()
-	}
+	push := func(tag string, tools ...string) string { return pushTools(t, u.Host, tag, tools...) }
 	g1 := push("1", "python3", "pydoc3")
 	g2 := push("2", "python3") // pydoc3 dropped
 	g3 := push("3", "python3", "pip3")
@@ -92,4 +69,31 @@ func TestInstallKeepsThePromise(t *testing.T) {
 	if _, err := in.Install(t.Context(), req(3, g3)); err != nil || current() != 3 {
 		t.Fatalf("generation 3 only adds pip3: %v, current %d", err, current())
 	}
+}
+
+// pushTools pushes a one-layer runtime image holding /usr/bin/<tool> for each tool to
+// host's runtimes/tools:<tag> and returns it by digest.
+func pushTools(t *testing.T, host, tag string, tools ...string) string {
+	t.Helper()
+	hs := []hdr{{Name: "usr/", Typeflag: tar.TypeDir, Mode: 0o755}, {Name: "usr/bin/", Typeflag: tar.TypeDir, Mode: 0o755}}
+	for _, tool := range tools {
+		hs = append(hs, hdr{Name: "usr/bin/" + tool, Typeflag: tar.TypeReg, Mode: 0o755})
+	}
+	tb := tarOf(t, hs...)
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tb)), nil })
+	must(t, err)
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	must(t, err)
+	cf, err := img.ConfigFile()
+	must(t, err)
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture, cf.Config.Env = "linux", "amd64", []string{"PATH=/usr/bin"}
+	img, err = mutate.ConfigFile(img, cf)
+	must(t, err)
+	ref, err := name.ParseReference(host+"/runtimes/tools:"+tag, name.Insecure)
+	must(t, err)
+	must(t, remote.Write(ref, img))
+	d, err := img.Digest()
+	must(t, err)
+	return host + "/runtimes/tools@" + d.String()
 }
