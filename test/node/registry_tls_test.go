@@ -424,10 +424,12 @@ providers:
 	}
 
 	t.Run("a failing plugin", func(t *testing.T) {
-		failing := &install.Installer{Layout: layout, Platform: kit.LinuxAMD64, Trust: trust,
+		// A node of its own: a digest this node installed before is not fetched again, so
+		// asks no plugin (install/reinstate.go).
+		root := t.TempDir()
+		failing := &install.Installer{Layout: hoststate.Under(root), Platform: kit.LinuxAMD64, Trust: trust,
 			Keychain: keychain(config("failing", "CREDPLUGIN_FAIL=no instance role"))}
 		r := req(1)
-		r.Generation = 4
 		before := kit.NodeTree(t, root)
 		_, err := failing.Install(context.Background(), r)
 		if vocab.ReasonOf(err) != vocab.ReasonCredentialProviderFailed || !strings.Contains(err.Error(), "brewlet-test-plugin") ||
