@@ -29,7 +29,9 @@ func (in *Installer) installedAs(req Request, digest string) (hoststate.Generati
 			continue
 		}
 		g, err := in.Layout.ReadGeneration(req.ID, r)
-		if err != nil || g.Digest != digest || len(g.Layers) == 0 {
+		// The same digest of an index resolves per platform: only a generation installed for
+		// this node's platform has the layers this install would choose.
+		if err != nil || g.Digest != digest || len(g.Layers) == 0 || g.Platform != in.Platform.String() {
 			continue
 		}
 		best, found = g, true

@@ -73,3 +73,24 @@ func TestRollbackMovesNoByte(t *testing.T) {
 }
 
 func removeMarker(dir string) error { return unix.Lremovexattr(dir, layerMarkerXattr) }
+
+// A generation installed for another platform is never reused: the same index digest
+// resolves to other layers there.
+func TestReinstateOnlyForThisPlatform(t *testing.T) {
+	requireRoot(t)
+	srv := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	image := pushTools(t, u.Host, "1", "python3")
+	l := hoststate.Under(t.TempDir())
+	in := &Installer{Layout: l, Platform: v1.Platform{OS: "linux", Architecture: "amd64"}, Log: t.Logf}
+	req := Request{ID: "tools", Epoch: "e1", Generation: 1, Image: image, UID: 10001, GID: 10001}
+	if _, err := in.Install(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	arm := &Installer{Layout: l, Platform: v1.Platform{OS: "linux", Architecture: "arm64"}, Log: t.Logf}
+	req.Generation = 2
+	if res, err := arm.Install(t.Context(), req); err == nil || res != nil {
+		t.Fatalf("an arm64 node reused an amd64 generation: %+v", res)
+	}
+}
