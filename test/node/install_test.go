@@ -209,22 +209,6 @@ func changedLayers(from, to []string) []string {
 	return out
 }
 
-func sameSet(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	m := map[string]int{}
-	for _, x := range a {
-		m[x]++
-	}
-	for _, x := range b {
-		if m[x]--; m[x] < 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // The provisioner pulls from a registry that requires credentials with the Docker config
 // file the agent is given (a mounted pull secret), and is refused without it.
 func TestInstallWithRegistryCredentials(t *testing.T) {
