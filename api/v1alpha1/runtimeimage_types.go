@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -223,6 +225,17 @@ type Rollback struct {
 	At      metav1.Time `json:"at"`
 	// +optional
 	Released bool `json:"released,omitempty"`
+}
+
+// PullFrom is where g can be pulled from: the image recorded with it, else specImage's
+// repository at g's digest (a status written before images were recorded, or a record that
+// does not name g's digest).
+func (g GenerationRef) PullFrom(specImage string) string {
+	if _, d, ok := strings.Cut(g.Image, "@"); ok && d == g.Digest {
+		return g.Image
+	}
+	repo, _, _ := strings.Cut(specImage, "@")
+	return repo + "@" + g.Digest
 }
 
 // SameBytes reports whether a container on generation g of the status's epoch runs what

@@ -145,8 +145,8 @@ func TestImageOfAGeneration(t *testing.T) {
 		{brewletv1.GenerationRef{Digest: dA}, repo + dA},
 		{brewletv1.GenerationRef{Digest: dA, Image: otherRepo + dB}, repo + dA}, // a record that does not match is not used
 	} {
-		if got := imageOf(tc.g, repo+dB); got != tc.want {
-			t.Errorf("imageOf(%+v) = %s, want %s", tc.g, got, tc.want)
+		if got := tc.g.PullFrom(repo + dB); got != tc.want {
+			t.Errorf("PullFrom(%+v) = %s, want %s", tc.g, got, tc.want)
 		}
 	}
 }

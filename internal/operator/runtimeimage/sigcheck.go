@@ -71,22 +71,12 @@ func imagesToCheck(ri *brewletv1.RuntimeImage) []string {
 	if cur := ri.Status.Digest; cur != "" && cur != DigestOf(ri.Spec.Source.Image) && ri.Status.Epoch == ri.UID {
 		// Looked up where the generation came from: after a rollback, or a rotation held on
 		// an unsigned digest of another repository, the spec's repository may not hold it.
-		images[1] = imageOf(brewletv1.GenerationRef{Digest: cur, Image: ri.Status.Image}, ri.Spec.Source.Image)
+		images[1] = brewletv1.GenerationRef{Digest: cur, Image: ri.Status.Image}.PullFrom(ri.Spec.Source.Image)
 	}
 	if due, prev := rollbackDue(ri, &ri.Status); due && prev != nil {
-		images[2] = imageOf(*prev, ri.Spec.Source.Image)
+		images[2] = prev.PullFrom(ri.Spec.Source.Image)
 	}
 	return images
-}
-
-// imageOf is where a generation can be pulled from: the image recorded with it, else the
-// spec's repository at its digest (statuses written before images were recorded).
-func imageOf(g brewletv1.GenerationRef, specImage string) string {
-	if _, d, ok := strings.Cut(g.Image, "@"); ok && d == g.Digest {
-		return g.Image
-	}
-	repo, _, _ := strings.Cut(specImage, "@")
-	return repo + "@" + g.Digest
 }
 
 // previousDigest is the digest a due rollback would serve again ("": none is due).

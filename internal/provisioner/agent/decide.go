@@ -151,19 +151,15 @@ func target(id string, offered map[string]string, ri *brewletv1.RuntimeImage, d 
 	// new generation, "new repository @ old digest" is not what was approved (and may
 	// not exist): install nothing until the status catches up.
 	t.Rollback = st.RollbackInEffect() != nil
-	repo, digest, _ := strings.Cut(ri.Spec.Source.Image, "@")
+	_, digest, _ := strings.Cut(ri.Spec.Source.Image, "@")
 	switch {
 	case digest == st.Digest:
 		t.Image = ri.Spec.Source.Image
 	case t.Rollback && digest == st.RolledBack.Bad.Digest:
 		// A rollback: the spec still names the digest that failed, the status the one
 		// before it. A node that has it installed moves no byte (install.Installer finds it);
-		// one that has not pulls it from where that generation came from (recorded with
-		// it), else from the spec's repository.
-		t.Image = repo + "@" + st.Digest
-		if _, d, ok := strings.Cut(st.RolledBack.To.Image, "@"); ok && d == st.Digest {
-			t.Image = st.RolledBack.To.Image
-		}
+		// one that has not pulls it from where that generation came from.
+		t.Image = st.RolledBack.To.PullFrom(ri.Spec.Source.Image)
 	}
 	return t
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -156,15 +157,20 @@ func (s *sweep) collectID(id string) (removed []string, err error) {
 	if err != nil {
 		return nil, err
 	}
+	metas := make([]hoststate.Generation, len(refs))
+	merrs := make([]error, len(refs))
+	for i, ref := range refs {
+		metas[i], merrs[i] = s.c.Layout.ReadGeneration(id, ref)
+	}
 	var fallback hoststate.Ref
 	if keepCurrent {
-		fallback = s.fallback(id, cur, refs)
+		fallback = fallbackOf(cur, refs, metas, merrs)
 	}
-	for _, ref := range refs {
+	for i, ref := range refs {
 		if err := s.ctx.Err(); err != nil {
 			return removed, err
 		}
-		meta, merr := s.c.Layout.ReadGeneration(id, ref)
+		meta, merr := metas[i], merrs[i]
 		switch {
 		case errors.Is(merr, fs.ErrNotExist):
 			// No metadata at all: an install that died before writing it, or a removal
@@ -197,21 +203,19 @@ func (s *sweep) collectID(id string) (removed []string, err error) {
 	return removed, nil
 }
 
-// fallback is the generation a rollback from current would serve again, kept with it: the
-// newest generation of current's epoch older than current with another digest (zero: none,
-// or current's metadata unreadable). Keeping it costs the disk of its own layers and makes
-// a rollback move no byte whenever it comes.
-func (s *sweep) fallback(id string, cur hoststate.Ref, refs []hoststate.Ref) hoststate.Ref {
-	now, err := s.c.Layout.ReadGeneration(id, cur)
-	if err != nil {
+// fallbackOf is the generation a rollback from current would serve again, kept with it:
+// the newest generation of current's epoch older than current with another digest (zero:
+// none, or current's metadata unreadable). Keeping it costs the disk of its own layers and
+// makes a rollback move no byte whenever it comes. metas and errs are refs' metadata.
+func fallbackOf(cur hoststate.Ref, refs []hoststate.Ref, metas []hoststate.Generation, errs []error) hoststate.Ref {
+	i := slices.Index(refs, cur)
+	if i < 0 || errs[i] != nil {
 		return hoststate.Ref{}
 	}
 	var best hoststate.Ref
-	for _, r := range refs {
-		if r.Epoch != cur.Epoch || r.Generation >= cur.Generation || r.Generation <= best.Generation {
-			continue
-		}
-		if g, err := s.c.Layout.ReadGeneration(id, r); err == nil && g.Digest != now.Digest {
+	for j, r := range refs {
+		if r.Epoch == cur.Epoch && r.Generation < cur.Generation && r.Generation > best.Generation &&
+			errs[j] == nil && metas[j].Digest != metas[i].Digest {
 			best = r
 		}
 	}

@@ -2,7 +2,6 @@ package install
 
 import (
 	"archive/tar"
-	"bytes"
 	"io"
 	"log"
 	"net/http"
@@ -18,10 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/registry"
@@ -97,17 +93,7 @@ func TestInstallMirrorShareOfTheDeadline(t *testing.T) {
 	mirror := trickle(t, ou, 100*time.Millisecond)
 	mu, _ := url.Parse(mirror.URL)
 
-	tb := tarOf(t, hdr{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755}, hdr{Name: "bin/runtime", Typeflag: tar.TypeReg, Mode: 0o755})
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tb)), nil })
-	must(t, err)
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	must(t, err)
-	cf, err := img.ConfigFile()
-	must(t, err)
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
-	img, err = mutate.ConfigFile(img, cf)
-	must(t, err)
+	img := amd64Image(t, nil, hdr{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755}, hdr{Name: "bin/runtime", Typeflag: tar.TypeReg, Mode: 0o755})
 	ref, err := name.ParseReference(ou.Host+"/runtimes/tiny:1", name.Insecure)
 	must(t, err)
 	must(t, remote.Write(ref, img))

@@ -79,6 +79,18 @@ func pushTools(t *testing.T, host, tag string, tools ...string) string {
 	for _, tool := range tools {
 		hs = append(hs, hdr{Name: "usr/bin/" + tool, Typeflag: tar.TypeReg, Mode: 0o755})
 	}
+	img := amd64Image(t, []string{"PATH=/usr/bin"}, hs...)
+	ref, err := name.ParseReference(host+"/runtimes/tools:"+tag, name.Insecure)
+	must(t, err)
+	must(t, remote.Write(ref, img))
+	d, err := img.Digest()
+	must(t, err)
+	return host + "/runtimes/tools@" + d.String()
+}
+
+// amd64Image is a one-layer linux/amd64 image of the entries hs with environment env.
+func amd64Image(t *testing.T, env []string, hs ...hdr) v1.Image {
+	t.Helper()
 	tb := tarOf(t, hs...)
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tb)), nil })
 	must(t, err)
@@ -87,13 +99,8 @@ func pushTools(t *testing.T, host, tag string, tools ...string) string {
 	cf, err := img.ConfigFile()
 	must(t, err)
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture, cf.Config.Env = "linux", "amd64", []string{"PATH=/usr/bin"}
+	cf.OS, cf.Architecture, cf.Config.Env = "linux", "amd64", env
 	img, err = mutate.ConfigFile(img, cf)
 	must(t, err)
-	ref, err := name.ParseReference(host+"/runtimes/tools:"+tag, name.Insecure)
-	must(t, err)
-	must(t, remote.Write(ref, img))
-	d, err := img.Digest()
-	must(t, err)
-	return host + "/runtimes/tools@" + d.String()
+	return img
 }
