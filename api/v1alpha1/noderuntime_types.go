@@ -60,8 +60,34 @@ type NodeRuntimeStatus struct {
 	// +optional
 	// +listType=atomic
 	Tasks []NodeTask `json:"tasks,omitempty"`
+	// FailedStarts are containers of Brewlet runtimes that exited with an error within a
+	// minute of their start, unasked, in the last 15 minutes: newest first, at most 16.
+	// The operator counts them against a rotation's target generation
+	// (status.rotation.failedStarts of the RuntimeImage).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	FailedStarts []NodeFailedStart `json:"failedStarts,omitempty"`
 	// +optional
 	Cleanup *NodeCleanup `json:"cleanup,omitempty"`
+}
+
+// NodeFailedStart is one container that failed to start, with the generation it leased.
+type NodeFailedStart struct {
+	// +kubebuilder:validation:MaxLength=253
+	PodNamespace string `json:"podNamespace"`
+	// +kubebuilder:validation:MaxLength=253
+	PodName string    `json:"podName"`
+	PodUID  types.UID `json:"podUID"`
+	// +kubebuilder:validation:MaxLength=253
+	ContainerName string `json:"containerName"`
+	// +kubebuilder:validation:MaxLength=253
+	ID    string    `json:"id"`
+	Epoch types.UID `json:"epoch"`
+	// +kubebuilder:validation:Minimum=1
+	Generation int64       `json:"generation"`
+	ExitCode   int32       `json:"exitCode"`
+	ExitedAt   metav1.Time `json:"exitedAt"`
 }
 
 // NodeRuntimeEntry is the state of one runtime ID on the node.

@@ -309,6 +309,30 @@ type RotationStatus struct {
 	// A new digest (a roll-back too) is a new target and starts afresh.
 	// +optional
 	RestartsHalted *RestartsHalt `json:"restartsHalted,omitempty"`
+	// FailedStarts counts the containers the nodes saw fail to start on the target
+	// generation (any container, restarted by the operator or not), while the target is
+	// unproven. More nodes with one than the profiles' rollout.maxFailures fail the target
+	// as failed restarts do: restarts halt, and spec.onFailure decides about a rollback.
+	// +optional
+	FailedStarts *FailedStarts `json:"failedStarts,omitempty"`
+}
+
+// IsExceeded says whether f exists and went past its budget.
+func (f *FailedStarts) IsExceeded() bool { return f != nil && f.Exceeded }
+
+// FailedStarts sums the nodes' failed starts on a rotation's target generation.
+type FailedStarts struct {
+	// Nodes counts the nodes reporting at least one (a node counts once, however many it
+	// reports: no single node fails a target for the fleet); Pods counts the pods.
+	Nodes int32 `json:"nodes"`
+	Pods  int32 `json:"pods"`
+	// MaxFailures is the budget Nodes is held to; Exceeded says Nodes went past it.
+	MaxFailures int32 `json:"maxFailures"`
+	// +optional
+	Exceeded bool `json:"exceeded,omitempty"`
+	// Message names the failing containers (at most five) and their nodes.
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message"`
 }
 
 // RestartsHalt says why rotation restarts stopped for a target.

@@ -39,6 +39,8 @@ type Status struct {
 	Restarts        []brewletv1.WorkloadRestart  `json:"restarts,omitempty"`
 	// RestartsHalted: more restarts of this target failed than the budget (none start).
 	RestartsHalted *brewletv1.RestartsHalt `json:"restartsHalted,omitempty"`
+	// FailedStarts: containers the nodes saw fail to start on the target generation.
+	FailedStarts *brewletv1.FailedStarts `json:"failedStarts,omitempty"`
 	// RolledBack is the RolledBack condition's message while the current generation is a
 	// rollback, or says why a due rollback could not happen.
 	RolledBack    string         `json:"rolledBack,omitempty"`
@@ -76,6 +78,7 @@ func StatusOf(ri *brewletv1.RuntimeImage) Status {
 	}
 	if r := st.Rotation; r != nil {
 		s.Nodes, s.Excluded, s.Restarts, s.RestartsHalted = r.Nodes, r.ExcludedNodes, r.Restarts, r.RestartsHalted
+		s.FailedStarts = r.FailedStarts
 		if c := r.RestartCounts; c != nil {
 			// Exact counts: the records list at most 100 workloads.
 			for o, n := range map[string]int32{"Pending": c.Pending, "InProgress": c.InProgress, "Succeeded": c.Succeeded,
@@ -131,6 +134,13 @@ func WriteTable(w io.Writer, all []Status) error {
 		}
 		for _, e := range s.Excluded {
 			fmt.Fprintf(w, "             excluded %s: %s (generation %d)\n", e.Name, e.Reason, e.Generation)
+		}
+		if f := s.FailedStarts; f != nil {
+			label := "failed starts"
+			if f.Exceeded {
+				label = "FAILED STARTS"
+			}
+			fmt.Fprintf(w, "  %s  %s\n", label, f.Message)
 		}
 		if len(s.Workloads) > 0 {
 			var parts []string

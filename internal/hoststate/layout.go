@@ -27,6 +27,7 @@ type Layout struct {
 	Roots
 	AuthorizationStore
 	CacheLock
+	FailedStarts
 	FenceFiles
 	GenerationStore
 	HostRecordStore
@@ -38,7 +39,7 @@ type Layout struct {
 
 // NewLayout composes the pieces of state below roots.
 func NewLayout(r Roots) Layout {
-	return Layout{Roots: r, AuthorizationStore: AuthorizationStore{r}, CacheLock: CacheLock{r}, FenceFiles: FenceFiles{r},
+	return Layout{Roots: r, AuthorizationStore: AuthorizationStore{r}, CacheLock: CacheLock{r}, FailedStarts: FailedStarts{r}, FenceFiles: FenceFiles{r},
 		GenerationStore: GenerationStore{r}, HostRecordStore: HostRecordStore{r}, LaunchCounters: LaunchCounters{r},
 		LeaseStore: LeaseStore{r}, InstallRequests: InstallRequests{r}, UnusedStore: UnusedStore{r}}
 }

@@ -120,6 +120,19 @@ func (l LeaseStore) ReleaseLease(containerID string) error {
 	return err
 }
 
+// Lease reads one container's lease.
+func (l LeaseStore) Lease(containerID string) (Lease, error) {
+	var ls Lease
+	if err := checkContainerID(containerID); err != nil {
+		return ls, err
+	}
+	err := readJSON(l.LeaseFile(containerID), &ls)
+	if err == nil && ls.ContainerID != containerID {
+		err = fmt.Errorf("lease of %s names container %q", containerID, ls.ContainerID)
+	}
+	return ls, err
+}
+
 // Leases lists every lease. An unreadable lease is returned as an error, never skipped:
 // garbage collection must keep everything when it cannot account for a lease. With the
 // error come the leases that were readable (the node report keeps them). A lease removed

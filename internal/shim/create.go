@@ -3,7 +3,9 @@ package shim
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -348,11 +350,40 @@ func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*emp
 	return s.TTRPCTaskService.Exec(ctx, r)
 }
 
+// recordFailedStart records a container that exited with an error within
+// hoststate.FailedStartWindow of its create, unasked (killed: a Kill came first), with the
+// lease it ran on: the agent reports it, and the rotation's health gate counts it against
+// the generation (docs/rotation.md, "Rollback"). A container without a lease ran no Brewlet
+// runtime.
+func recordFailedStart(l hoststate.Layout, id string, resp *taskAPI.DeleteResponse, killed bool) error {
+	if resp == nil || resp.ExitedAt == nil {
+		return nil
+	}
+	ls, err := l.Lease(id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	exited := resp.ExitedAt.AsTime()
+	if !hoststate.IsFailedStart(resp.ExitStatus, ls.CreatedAt, exited, killed) {
+		return nil
+	}
+	return l.RecordFailedStart(hoststate.FailedStart{ContainerID: id, ID: ls.ID, Epoch: ls.Epoch, Generation: ls.Generation,
+		PodNamespace: ls.PodNamespace, PodName: ls.PodName, PodUID: ls.PodUID, ContainerName: ls.ContainerName,
+		ExitCode: resp.ExitStatus, StartedAt: ls.CreatedAt, ExitedAt: exited})
+}
+
 // Delete releases the container's lease once the init process, its execs and its mounts
 // are gone (the runc code unmounts the root filesystem inside Delete).
 func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
 	resp, err := s.TTRPCTaskService.Delete(ctx, r)
 	if err == nil && r.ExecID == "" {
+		_, killed := s.stopped.LoadAndDelete(r.ID)
+		if ferr := recordFailedStart(layout(), r.ID, resp, killed); ferr != nil {
+			log.G(ctx).WithError(ferr).Warn("brewlet: a failed start not recorded")
+		}
 		if rerr := releaseContainer(layout(), bundleOf(r.ID), r.ID); rerr != nil {
 			log.G(ctx).WithError(rerr).Warn("brewlet: lease kept after delete; GC keeps its generation")
 		}

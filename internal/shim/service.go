@@ -5,6 +5,8 @@
 package shim
 
 import (
+	"sync"
+
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/task"
 	"github.com/containerd/containerd/v2/pkg/shim"
@@ -18,6 +20,9 @@ import (
 // service wraps the runc task service; calls it does not override pass straight through.
 type service struct {
 	taskAPI.TTRPCTaskService
+	// stopped are the containers whose init process someone asked to stop (Kill): their
+	// exit is not a failed start.
+	stopped sync.Map
 }
 
 // RegisterTTRPC serves the wrapper, not the inner service, on the shim's socket.

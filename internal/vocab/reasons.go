@@ -142,6 +142,9 @@ const (
 	// RestartsHalted: more restarted workloads failed than the restart failure budget; the
 	// record of a workload still waiting, and the event on the RuntimeImage.
 	ReasonRestartsHalted Reason = "RestartsHalted"
+	// FailedStarts: containers failed to start on a rotation's target generation on more
+	// nodes than rollout.maxFailures (a rollback's reason, a restart halt's record).
+	ReasonFailedStarts Reason = "FailedStarts"
 	// RolledBack: the operator assigned the generation before a failed one again (the
 	// RuntimeImage's Warning event and its RotationProgressing condition).
 	ReasonRolledBack Reason = "RolledBack"

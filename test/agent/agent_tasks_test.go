@@ -117,6 +117,27 @@ func TestAgentReportsLiveTasks(t *testing.T) {
 		}
 	})
 
+	t.Run("a container exiting with an error right after its start is reported as a failed start", func(t *testing.T) {
+		cid, pod, err := d.Start(t, nil, func(c *runtimeapi.ContainerConfig) {
+			c.Command = []string{"python", "-c", "import sys; sys.exit(5)"}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, log := kit.Exited(t, n, cid, pod, "app.log"); code != 5 {
+			t.Fatalf("exit code %d: %s", code, log)
+		}
+		if _, err := n.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: cid}); err != nil {
+			t.Fatal(err)
+		}
+		must(ag.Reconcile(ctx))
+		fs := report(t).Status.FailedStarts
+		if len(fs) != 1 || fs[0].PodName != pod.Metadata.Name || string(fs[0].PodUID) != pod.Metadata.Uid || fs[0].ContainerName != "app" ||
+			fs[0].ID != kit.PyID || fs[0].Epoch != ri.UID || fs[0].Generation != 1 || fs[0].ExitCode != 5 || fs[0].ExitedAt.IsZero() {
+			t.Fatalf("failed starts %+v, want the container of pod %s that exited with 5", fs, pod.Metadata.Name)
+		}
+	})
+
 	// What a shim that died before its delete leaves behind: a lease, and exec state, of a
 	// container containerd no longer has, written as the shim writes it (an hour ago).
 	ghost := strings.Repeat("9f", 32)

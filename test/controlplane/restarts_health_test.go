@@ -10,6 +10,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -179,4 +181,47 @@ func TestRotationRestartFailsOnACrashLoop(t *testing.T) {
 	if b, ok := restarts.ParseBarrier(d.Spec.Template.Annotations[vocab.AnnotationRotatedToGeneration]); !ok || b.Generation != 3 {
 		t.Fatalf("the workload was not restarted back onto the rollback generation: barrier %+v", b)
 	}
+}
+
+// Containers the operator did not restart (a scale-up, a rescheduled pod) that fail to start
+// on the new generation count too: the agents report them (NodeRuntime
+// status.failedStarts), one node's report alone does not fail the target for the fleet
+// (rollout.maxFailures, 1 by default, counts nodes), and a second node's rolls it back
+// with reason FailedStarts, no restart involved.
+func TestFailedStartsOnTwoNodesRollBack(t *testing.T) {
+	w := startRestartWorld(t, 1, 10*time.Minute)
+	c := w.cp.Client
+	epoch := w.approve(t)
+	w.report(t, 1, epoch)
+	w.rotate(t, 2, 2)
+	w.reportState(t, 2, epoch, vocab.StateReady)
+	failed := func(pod string) brewletv1.NodeFailedStart {
+		return brewletv1.NodeFailedStart{PodNamespace: restartNS, PodName: pod, PodUID: types.UID("uid-" + pod), ContainerName: "app",
+			ID: w.id, Epoch: types.UID(epoch), Generation: 2, ExitCode: 1, ExitedAt: metav1.NewTime(time.Now().Truncate(time.Second))}
+	}
+	w.failedStarts = map[string][]brewletv1.NodeFailedStart{w.nodes[0]: {failed("web-scaled-1"),
+		// A pod that failed on generation 1 as well is its own problem, not the rotation's.
+		failed("broken-1"), {PodNamespace: restartNS, PodName: "broken-1", PodUID: "uid-broken-1", ContainerName: "app",
+			ID: w.id, Epoch: types.UID(epoch), Generation: 1, ExitCode: 2, ExitedAt: metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))}}}
+	kit.Eventually(t, time.Minute, "one node's failed start counted, within the budget", func() (bool, string) {
+		w.reportState(t, 2, epoch, vocab.StateReady)
+		got := getRI(t, c, "python")
+		f := got.Status.Rotation.FailedStarts
+		return got.Status.Generation == 2 && f != nil && f.Nodes == 1 && f.Pods == 1 && !f.Exceeded &&
+			strings.Contains(f.Message, "web-scaled-1") && !strings.Contains(f.Message, "broken-1"), fmt.Sprintf("%+v", got.Status)
+	})
+	if got := getRI(t, c, "python"); got.Status.Generation != 2 || got.Status.RolledBack != nil {
+		t.Fatalf("one node's report rolled the fleet back: %+v", got.Status)
+	}
+	w.failedStarts[w.nodes[1]] = []brewletv1.NodeFailedStart{failed("web-scaled-2")}
+	kit.Eventually(t, time.Minute, "the second node's failed start rolled the runtime back", func() (bool, string) {
+		w.reportState(t, 2, epoch, vocab.StateReady)
+		got := getRI(t, c, "python")
+		rb := got.Status.RollbackInEffect()
+		return rb != nil && got.Status.Generation == 3 && got.Status.Digest == kit.DigestN(1) && rb.Bad.Generation == 2 &&
+			rb.Reason == string(vocab.ReasonFailedStarts) && strings.Contains(rb.Message, "web-scaled-2") &&
+			meta.IsStatusConditionTrue(got.Status.Conditions, string(vocab.ConditionRolledBack)), fmt.Sprintf("%+v", got.Status)
+	})
+	expectEvent(t, c, "python", vocab.ReasonFailedStarts, corev1.EventTypeWarning)
+	expectEvent(t, c, "python", vocab.ReasonRolledBack, corev1.EventTypeWarning)
 }

@@ -42,6 +42,8 @@ type restartWorld struct {
 	podGen func(p *corev1.Pod) int64
 	// dead are the nodes whose stand-in agent stopped: no report, no heartbeat.
 	dead map[string]bool
+	// failedStarts are what each node's report lists as containers that failed to start.
+	failedStarts map[string][]brewletv1.NodeFailedStart
 }
 
 const restartNS = "apps-under-test"
@@ -166,7 +168,8 @@ func (w *restartWorld) reportEntries(t *testing.T, entry func(node string) brewl
 		}
 		now := metav1.NewTime(time.Now().Truncate(time.Second))
 		e := entry(node)
-		st := brewletv1.NodeRuntimeStatus{Complete: true, ObservedAt: &now, Runtimes: []brewletv1.NodeRuntimeEntry{e}}
+		st := brewletv1.NodeRuntimeStatus{Complete: true, ObservedAt: &now, Runtimes: []brewletv1.NodeRuntimeEntry{e},
+			FailedStarts: w.failedStarts[node]}
 		for i := range pods.Items {
 			p := &pods.Items[i]
 			if p.Spec.NodeName != node || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {

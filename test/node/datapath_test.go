@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -141,6 +142,55 @@ func TestDataPathRunsAppOnRuntime(t *testing.T) {
 		}
 		if _, err := os.Stat(d.Host.ContainerDir(cid)); !os.IsNotExist(err) {
 			t.Fatalf("exec state of a deleted container kept: %v", err)
+		}
+	})
+
+	t.Run("a container exiting with an error right after its start is recorded as a failed start; a stopped one and a clean exit are not", func(t *testing.T) {
+		ctx := context.Background()
+		exit := func(code string) (string, *runtimeapi.PodSandboxConfig) {
+			cid, pod, err := d.Start(t, nil, func(c *runtimeapi.ContainerConfig) {
+				c.Command = []string{"python", "-c", "import sys; sys.exit(" + code + ")"}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, log := kit.Exited(t, d.N, cid, pod, "app.log"); strconv.Itoa(int(got)) != code {
+				t.Fatalf("exit code %d, want %s: %s", got, code, log)
+			}
+			return cid, pod
+		}
+		failed, pod := exit("3")
+		clean, _ := exit("0")
+		stopped, _, err := d.Start(t, nil, func(c *runtimeapi.ContainerConfig) {
+			c.Command = []string{"python", "-c", "import time; time.sleep(3600)"}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.N.Runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: stopped, Timeout: 1}); err != nil {
+			t.Fatal(err)
+		}
+		for _, cid := range []string{failed, clean, stopped} {
+			if _, err := d.N.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: cid}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		recs, err := d.Host.ReadFailedStarts(time.Now(), hoststate.FailedStartsKept, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found *hoststate.FailedStart
+		for i, r := range recs {
+			switch r.ContainerID {
+			case failed:
+				found = &recs[i]
+			case clean, stopped:
+				t.Errorf("recorded as a failed start: %+v", r)
+			}
+		}
+		if found == nil || found.ExitCode != 3 || found.ID != kit.PyID || found.Generation != 1 || found.PodName != pod.Metadata.Name ||
+			found.PodUID != pod.Metadata.Uid || found.ExitedAt.Before(found.StartedAt) {
+			t.Fatalf("the failed start of %s: %+v (records %+v)", failed, found, recs)
 		}
 	})
 

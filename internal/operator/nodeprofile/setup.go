@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/eventnote"
 	"brewlet.sh/brewlet/internal/operator/fleetpause"
 	"brewlet.sh/brewlet/internal/vocab"
 )
@@ -43,7 +44,7 @@ func Setup(_ context.Context, mgr manager.Manager, skipNameValidation bool, beat
 		}
 		return out
 	})
-	r := &Reconciler{Client: c, Recorder: mgr.GetEventRecorder("brewlet-operator"), Beats: beats}
+	r := &Reconciler{Client: c, Recorder: eventnote.For(mgr), Beats: beats}
 	if agentNamespace != "" {
 		api := mgr.GetAPIReader()
 		r.AgentPods = func(ctx context.Context) ([]corev1.Pod, error) {

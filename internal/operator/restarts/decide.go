@@ -385,7 +385,14 @@ func HaltOf(actions []Action, t Target, p Policy) *brewletv1.RestartsHalt {
 		}
 	}
 	if len(failed) <= p.MaxFailures {
-		return nil
+		if t.FailedStarts == "" {
+			return nil
+		}
+		// Restarting more workloads onto a generation whose new containers fail would
+		// fail them too.
+		msg := fmt.Sprintf("new containers fail to start on %s generation %d: no further restart starts; those in progress finish. %s",
+			t.ID, t.Generation, t.FailedStarts)
+		return &brewletv1.RestartsHalt{Failed: int32(len(failed)), MaxFailures: int32(p.MaxFailures), Message: bounded(msg)}
 	}
 	named := failed[:min(len(failed), maxNamedFailures)]
 	msg := fmt.Sprintf("%d restarted workload(s) failed on %s generation %d, more than the restart failure budget %d: no further restart starts; those in progress finish. Failed: %s",
@@ -394,10 +401,15 @@ func HaltOf(actions []Action, t Target, p Policy) *brewletv1.RestartsHalt {
 		msg += fmt.Sprintf(" and %d more", len(failed)-len(named))
 	}
 	msg += ". Fix the runtime image and set a new digest (or the previous one, to roll back): a new generation starts restarts afresh"
+	return &brewletv1.RestartsHalt{Failed: int32(len(failed)), MaxFailures: int32(p.MaxFailures), Message: bounded(msg)}
+}
+
+// bounded keeps a halt message within the CRD's 1024 bytes.
+func bounded(msg string) string {
 	if len(msg) > 1024 {
-		msg = msg[:1021] + "..."
+		return strings.ToValidUTF8(msg[:1021], "") + "..."
 	}
-	return &brewletv1.RestartsHalt{Failed: int32(len(failed)), MaxFailures: int32(p.MaxFailures), Message: msg}
+	return msg
 }
 
 // recordRank orders records when there are more than MaxRecorded: those holding a slot

@@ -383,6 +383,26 @@ func TestDecideHealthGate(t *testing.T) {
 	}
 }
 
+// New containers failing to start on the target on more nodes than the rollout budget
+// (the RuntimeImage's status.rotation.failedStarts) halt restarts as failed restarts do.
+func TestDecideHaltsOnFailedStarts(t *testing.T) {
+	tg := target
+	tg.FailedStarts = "2 pod(s) on 2 node(s) had a container exit with an error"
+	tasks := running(map[string]int64{"p-a": 2})
+	p := Policy{MaxConcurrent: 5, ProgressDeadline: 10 * time.Minute, MaxFailures: 1}
+	got := Decide(tg, []Workload{wl("a", pod("p-a", before))}, tasks, nil, 0, p, now)
+	if s := summary(got); s != "a:Pending" {
+		t.Fatalf("got %q, want a:Pending", s)
+	}
+	h := HaltOf(got, tg, p)
+	if h == nil || h.Failed != 0 || !strings.Contains(h.Message, tg.FailedStarts) || got[0].Record.Reason != string(vocab.ReasonRestartsHalted) {
+		t.Fatalf("halt %+v, record %+v", h, got[0].Record)
+	}
+	if h := HaltOf(got, target, p); h != nil {
+		t.Fatalf("halted without failed starts: %+v", h)
+	}
+}
+
 func TestRestartPriority(t *testing.T) {
 	for v, want := range map[string]int{"": 0, "10": 10, "-5": -5, "1000": 1000, "1001": 0, "-1001": 0, "ten": 0, "1e3": 0, " 5": 0,
 		"99999999999999999999": 0} {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/eventnote"
 	"brewlet.sh/brewlet/internal/operator/fleetpause"
 	"brewlet.sh/brewlet/internal/operator/nodereports"
 	"brewlet.sh/brewlet/internal/vocab"
@@ -61,7 +62,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options, beats *noderepor
 	if p.ProgressDeadline <= 0 {
 		p.ProgressDeadline = 10 * time.Minute
 	}
-	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("brewlet-operator"),
+	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: eventnote.For(mgr),
 		Policy: p, Beats: beats}
 	byTemplate := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return request(templateRuntimeID(o))

@@ -28,6 +28,9 @@ type Target struct {
 	// onto it is restarted back even when none of its containers runs right now (a crash
 	// loop between two attempts), so its pods start afresh instead of waiting out a backoff.
 	Bad int64
+	// FailedStarts, when set, says new containers fail to start on the target on more
+	// nodes than the rollout budget (status.rotation.failedStarts): no restart starts.
+	FailedStarts string
 }
 
 func specPaused(id string) string {
@@ -50,6 +53,9 @@ func TargetOf(ri *brewletv1.RuntimeImage) (Target, bool) {
 	}
 	if ri.Spec.Paused {
 		t.Pause = specPaused(ri.Name)
+	}
+	if f := rot.FailedStarts; f.IsExceeded() {
+		t.FailedStarts = f.Message
 	}
 	return t, true
 }

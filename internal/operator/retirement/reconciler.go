@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/eventnote"
 )
 
 // ControllerName names the controller in logs and metrics.
@@ -84,5 +85,5 @@ func Setup(mgr manager.Manager, skipNameValidation bool) error {
 		Watches(&brewletv1.NodeProfile{}, all).
 		Watches(&corev1.Node{}, all, builder.WithPredicates(nodeIdentityChanged{})).
 		WithOptions(controller.Options{SkipNameValidation: &skipNameValidation}).
-		Complete(&Reconciler{Client: c, Recorder: mgr.GetEventRecorder("brewlet-operator")})
+		Complete(&Reconciler{Client: c, Recorder: eventnote.For(mgr)})
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -101,6 +102,13 @@ func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFail
 	if rb := st.RollbackInEffect(); rb != nil && !rb.Released && digest != rb.Bad.Digest {
 		rb.Released = true // the spec named another digest: naming the bad one again is a new decision
 	}
+	if rot := st.Rotation; rot != nil && rot.Target.Generation == st.Generation && rot.Target.Digest == st.Digest {
+		// Before rollBack: containers failing on the target roll it back in this pass.
+		rot.FailedStarts = failedStartsOf(ri, &st, rot, reports, maxFailures, now)
+		if old := ri.Status.Rotation; rot.FailedStarts.IsExceeded() && (old == nil || !old.FailedStarts.IsExceeded()) {
+			d.Events = append(d.Events, Event{Type: corev1.EventTypeWarning, Reason: vocab.ReasonFailedStarts, Message: rot.FailedStarts.Message})
+		}
+	}
 	rolledBack, rollbackEvents := rollBack(ri, &st, sigs.Previous.about(previousDigest(&ri.Status)), now)
 	if st.Digest != ri.Status.Digest && st.RollbackInEffect() != nil {
 		sigs.Current = sigs.Previous // the verdict on the digest the status now names
@@ -148,7 +156,8 @@ func Decide(ri *brewletv1.RuntimeImage, reports []brewletv1.NodeRuntime, maxFail
 		st.TaskObservations = []brewletv1.TaskObservation{}
 	}
 	d.Status = st
-	d.Events = append(conditionEvents(ri.Status.Conditions, st.Conditions), exclusionEvents(ri.Status.Rotation, st.Rotation, broken)...)
+	d.Events = append(d.Events, conditionEvents(ri.Status.Conditions, st.Conditions)...)
+	d.Events = append(d.Events, exclusionEvents(ri.Status.Rotation, st.Rotation, broken)...)
 	d.Events = append(d.Events, rollbackEvents...)
 
 	has := slices.Contains(ri.Finalizers, vocab.FinalizerRevocation)

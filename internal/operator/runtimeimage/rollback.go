@@ -28,7 +28,7 @@ import (
 func rollbackDue(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus) (due bool, prev *brewletv1.GenerationRef) {
 	rot := st.Rotation
 	if ri.Spec.OnFailure == brewletv1.OnFailureHalt || ri.DeletionTimestamp != nil || ri.Spec.Revoked ||
-		st.Epoch != ri.UID || st.Generation < 1 || rot == nil || rot.RestartsHalted == nil ||
+		st.Epoch != ri.UID || st.Generation < 1 || rot == nil || (rot.RestartsHalted == nil && !rot.FailedStarts.IsExceeded()) ||
 		rot.Target.Generation != st.Generation || rot.Target.Digest != st.Digest || st.RollbackInEffect() != nil {
 		// A rollback generation is not rolled back in turn: it serves what ran before the
 		// failed one, and there is nothing older the fleet is known to have run well.
@@ -53,27 +53,32 @@ func rollBack(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus, prev
 	switch {
 	case due && prev == nil:
 		return cond(metav1.ConditionFalse, vocab.ReasonRollbackUnavailable, fmt.Sprintf(
-			"restarted workloads failed on generation %d (%s), but it has no earlier generation of this epoch to go back to; nodes keep it. Set spec.source.image to a digest that works",
+			"workloads failed on generation %d (%s), but it has no earlier generation of this epoch to go back to; nodes keep it. Set spec.source.image to a digest that works",
 			st.Generation, st.Digest)), nil
 	case due && prevSig.holds():
 		return cond(metav1.ConditionFalse, vocab.ReasonRollbackUnavailable, fmt.Sprintf(
-			"restarted workloads failed on generation %d (%s), but generation %d's digest %s is not served again: its signature does not verify now (%s); nodes keep generation %d. Set spec.source.image to a signed digest that works",
+			"workloads failed on generation %d (%s), but generation %d's digest %s is not served again: its signature does not verify now (%s); nodes keep generation %d. Set spec.source.image to a signed digest that works",
 			st.Generation, st.Digest, prev.Generation, prev.Digest, prevSig.Message, st.Generation)), nil
 	case due:
-		halt := st.Rotation.RestartsHalted
+		rot := st.Rotation
 		bad := brewletv1.GenerationRef{Generation: st.Generation, Digest: st.Digest}
 		st.Generation++
 		st.Digest, st.Image = prev.Digest, prev.Image
 		// Previous stays: if the rollback generation fails too, there is nothing better to
 		// go back to (its digest is Previous's), and rollbackDue finds none.
-		why := halt.Message
-		if f := firstFailure(st.Rotation.Restarts); f != "" {
-			why += "; " + f
+		reason, what, why := vocab.ReasonRestartsHalted, "restarted workloads", ""
+		if h := rot.RestartsHalted; h != nil && h.Failed > h.MaxFailures {
+			why = h.Message
+			if f := firstFailure(rot.Restarts); f != "" {
+				why += "; " + f
+			}
+		} else {
+			reason, what, why = vocab.ReasonFailedStarts, "new containers", rot.FailedStarts.Message
 		}
-		msg := fmt.Sprintf("generation %d (%s) failed restarted workloads: %s. Generation %d serves generation %d's digest %s again on every node from what they have installed, and workloads restarted onto generation %d are restarted back. %s is not assigned again while spec.source.image names it: set another digest to rotate",
-			bad.Generation, bad.Digest, why, st.Generation, prev.Generation, prev.Digest, bad.Generation, bad.Digest)
+		msg := fmt.Sprintf("generation %d (%s) failed %s: %s. Generation %d serves generation %d's digest %s again on every node from what they have installed, and workloads restarted onto generation %d are restarted back. %s is not assigned again while spec.source.image names it: set another digest to rotate",
+			bad.Generation, bad.Digest, what, why, st.Generation, prev.Generation, prev.Digest, bad.Generation, bad.Digest)
 		st.RolledBack = &brewletv1.Rollback{Generation: st.Generation, To: *prev, Bad: bad,
-			Reason: string(vocab.ReasonRestartsHalted), Message: msg, At: now}
+			Reason: string(reason), Message: msg, At: now}
 		return cond(metav1.ConditionTrue, vocab.ReasonRolledBack, msg),
 			[]Event{{Type: corev1.EventTypeWarning, Reason: vocab.ReasonRolledBack, Message: msg}}
 	}

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/eventnote"
 	"brewlet.sh/brewlet/internal/operator/fleetpause"
 	"brewlet.sh/brewlet/internal/operator/nodereports"
 )
@@ -33,7 +34,7 @@ func Setup(ctx context.Context, mgr manager.Manager, skipNameValidation bool, be
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &brewletv1.NodeRuntime{}, nodereports.IndexRuntimeID, nodereports.RuntimeIDs); err != nil {
 		return err
 	}
-	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("brewlet-operator"),
+	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: eventnote.For(mgr),
 		Beats: beats, Signatures: sigs}
 	return builder.ControllerManagedBy(mgr).
 		Named(ControllerName).

@@ -424,8 +424,9 @@ func (a *Agent) publishStatus(ctx context.Context, node *corev1.Node, nrt *brewl
 	}
 	sort.Slice(st.Runtimes, func(i, j int) bool { return st.Runtimes[i].ID < st.Runtimes[j].ID })
 	// Complete only when every lease was read and containerd said which of them still run.
-	st.Tasks, st.Complete = tasks.Reporter{Source: a.Tasks, Layout: a.Layout, Grace: a.TaskGrace,
-		MayWrite: a.mayWrite, Log: a.Log}.Report(ctx)
+	rep := tasks.Reporter{Source: a.Tasks, Layout: a.Layout, Grace: a.TaskGrace, MayWrite: a.mayWrite, Log: a.Log}
+	st.Tasks, st.Complete = rep.Report(ctx)
+	st.FailedStarts = rep.FailedStarts(time.Now())
 	sort.SliceStable(st.Tasks, func(i, j int) bool {
 		return st.Tasks[i].PodUID+types.UID(st.Tasks[i].ContainerName) < st.Tasks[j].PodUID+types.UID(st.Tasks[j].ContainerName)
 	})

@@ -156,6 +156,9 @@ func normalize(s brewletv1.NodeRuntimeStatus) brewletv1.NodeRuntimeStatus {
 	if len(s.Tasks) == 0 {
 		s.Tasks = nil
 	}
+	if len(s.FailedStarts) == 0 {
+		s.FailedStarts = nil
+	}
 	if len(s.Runtimes) == 0 {
 		s.Runtimes = nil
 	}

@@ -39,8 +39,8 @@ func TestRollbackMovesNoByte(t *testing.T) {
 	req := func(gen int64, image string, rollback bool) Request {
 		return Request{ID: "tools", Epoch: "e1", Generation: gen, Image: image, UID: 10001, GID: 10001, Rollback: rollback}
 	}
-	for gen, image := range map[int64]string{1: good, 2: bad} {
-		if _, err := in.Install(t.Context(), req(gen, image, false)); err != nil {
+	for i, image := range []string{good, bad} { // in order: generation 1, then 2
+		if _, err := in.Install(t.Context(), req(int64(i+1), image, false)); err != nil {
 			t.Fatal(err)
 		}
 	}
