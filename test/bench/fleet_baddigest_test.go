@@ -41,6 +41,7 @@ type badTimeline struct {
 	live                                       int
 	rollback                                   brewletv1.Rollback
 	back                                       brewletv1.RestartCounts
+	backSeen                                   bool // the restart controller counted the rollback's target
 	atRollback                                 fleetSnap
 }
 
@@ -153,7 +154,7 @@ func (b *fleetBench) followBadDigest() badTimeline {
 				bt.backComplete = now
 			}
 			if rot.Target.Generation == rb.Generation && rot.RestartCounts != nil {
-				bt.back = *rot.RestartCounts
+				bt.back, bt.backSeen = *rot.RestartCounts, true
 			}
 		}
 		switch {
@@ -170,7 +171,7 @@ func (b *fleetBench) followBadDigest() badTimeline {
 			live, on, _ := b.agents.serving(bt.rollback.Generation)
 			t.Fatalf("the rollback did not settle within 10 minutes: %d of %d live nodes serve generation %d, restarts back %+v; %s",
 				on, live, bt.rollback.Generation, bt.back, fleetConditions(ri))
-		case !bt.serving.IsZero() && !bt.backComplete.IsZero() && bt.back.InProgress == 0 && bt.back.Pending == 0:
+		case !bt.serving.IsZero() && !bt.backComplete.IsZero() && bt.backSeen && bt.back.InProgress == 0 && bt.back.Pending == 0:
 			bt.settled = now
 			return bt
 		}
