@@ -51,6 +51,8 @@ test-unit:
 	go test -count=1 -race $(GO_TEST_FLAGS) ./api/... ./internal/... ./cmd/...
 
 ## test-e2e: the suites under test/ against real components (needs root); test/agent under -race.
+## Two suites of the main pass run at once (-p 2): they mostly wait on the components they
+## drive, and every instance has its own directories, ports, bridge, subnet and cgroups.
 ## The suites of one run share built runtime images in a directory removed after the run.
 ## Each test binary runs its nodes in a mount namespace of its own (test/framework/mountns_linux.go)
 ## whose root is shared in the main tier (as on systemd nodes, and as `make demo` runs) and
@@ -58,7 +60,7 @@ test-unit:
 test-e2e: build
 	set -e; dir=$$(mktemp -d /tmp/brewlet-artifacts.XXXXXX); trap 'rm -rf "$$dir"' EXIT; \
 	export BREWLET_TEST_ARTIFACTS=$$dir; \
-	BREWLET_NODE_ROOT=shared go test -count=1 $(GO_TEST_FLAGS) -timeout 45m -p 1 $(E2E_MAIN); \
+	BREWLET_NODE_ROOT=shared go test -count=1 $(GO_TEST_FLAGS) -timeout 45m -p 2 $(E2E_MAIN); \
 	BREWLET_NODE_ROOT=private go test -count=1 -race $(GO_TEST_FLAGS) -timeout 30m ./test/agent/; \
 	BREWLET_NODE_ROOT=private go test -count=1 $(GO_TEST_FLAGS) -timeout 5m -run '^TestNodeMountNamespace$$' ./test/node/
 

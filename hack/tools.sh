@@ -166,9 +166,22 @@ main() {
   exec 9>"$CACHE/.lock"
   flock 9 # two runs on one machine build one at a time instead of racing on the same dirs
   export GOFLAGS="${GOFLAGS:-} -trimpath" GOTOOLCHAIN=local
+  # The Debian packages download while the Go tools build (network against CPU); only runc
+  # (cgo, libseccomp) needs them, so runc waits for them and builds last.
+  local debs_pid="" status=0
   for t in "${want[@]}"; do
     i=$((i + 1))
-    if [[ $t == debs ]]; then debs; else ensure "$t" "$i" "${#want[@]}"; fi
+    case $t in
+      debs) debs & debs_pid=$! ;;
+      runc) continue ;;
+      *) ensure "$t" "$i" "${#want[@]}" || status=1 ;;
+    esac
+    ((status == 0)) || break
+  done
+  if [[ -n $debs_pid ]] && ! wait "$debs_pid"; then log "FAILED to install the debian packages"; status=1; fi
+  ((status == 0)) || return 1
+  for t in "${want[@]}"; do
+    if [[ $t == runc ]]; then ensure runc "${#want[@]}" "${#want[@]}" || return 1; fi
   done
   log "tools ready in $BIN ($((SECONDS - t0)) s)"
 }

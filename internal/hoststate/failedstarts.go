@@ -101,3 +101,14 @@ func (l FailedStarts) ReadFailedStarts(now time.Time, keep time.Duration, prune 
 	slices.SortFunc(out, func(a, b FailedStart) int { return b.ExitedAt.Compare(a.ExitedAt) })
 	return out, nil
 }
+
+// HasFailedStarts reports whether the records' directory exists (or cannot be told apart
+// from existing).
+func (l FailedStarts) HasFailedStarts() bool {
+	_, err := os.Lstat(l.FailedStartsDir())
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
+// RemoveFailedStarts removes the records and their directory, for a node that serves
+// Brewlet no more.
+func (l FailedStarts) RemoveFailedStarts() error { return os.RemoveAll(l.FailedStartsDir()) }

@@ -53,4 +53,10 @@ func TestFailedStartsRecordAndExpire(t *testing.T) {
 	if err := l.RecordFailedStart(FailedStart{ContainerID: "../x", ID: "python"}); err == nil {
 		t.Fatal("a container ID that leaves the directory was recorded")
 	}
+	if !l.HasFailedStarts() {
+		t.Fatal("records present, none seen")
+	}
+	if err := l.RemoveFailedStarts(); err != nil || l.HasFailedStarts() {
+		t.Fatalf("records left after their removal: %v", err)
+	}
 }

@@ -347,7 +347,10 @@ func TestRotationRestarts(t *testing.T) {
 		}
 	}
 	// The bystander kept its pods on generation 1: they show in taskObservations.
-	kit.Eventually(t, 30*time.Second, "bystander in taskObservations", func() (bool, string) {
+	kit.Eventually(t, time.Minute, "bystander in taskObservations", func() (bool, string) {
+		// Reported again each time: the last report of the loop above may predate the
+		// deletion of a restarted workload's old pod.
+		w.reportState(t, 2, epoch, vocab.StateReady)
 		got := getRI(t, c, "python")
 		for _, o := range got.Status.TaskObservations {
 			for _, b := range o.Bindings {

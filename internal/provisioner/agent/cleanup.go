@@ -125,6 +125,16 @@ func (a *Agent) cleanupHost(ctx context.Context) error {
 		}
 		a.fenceOpen = false
 	}
+	if a.Layout.HasFailedStarts() {
+		// The shim's failed-start records say nothing once no runtime is served here.
+		if err := a.mayWrite(); err != nil {
+			return err
+		}
+		if err := a.Layout.RemoveFailedStarts(); err != nil {
+			a.setCleanupMessage("cleanup: remove the failed-start records: " + err.Error())
+			return nil
+		}
+	}
 	return nil
 }
 
