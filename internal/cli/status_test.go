@@ -23,7 +23,8 @@ func TestStatusTable(t *testing.T) {
 			Restarts: []brewletv1.WorkloadRestart{
 				{Kind: "Deployment", Namespace: "shop", Name: "web", Outcome: "Succeeded"},
 				{Kind: "Deployment", Namespace: "shop", Name: "batch", Outcome: "Deferred", Message: "the Deployment is paused"}},
-			RestartsHalted: &brewletv1.RestartsHalt{Failed: 2, MaxFailures: 1, Message: "2 restarted workload(s) failed"}},
+			RestartsHalted: &brewletv1.RestartsHalt{Failed: 2, MaxFailures: 1, Message: "2 restarted workload(s) failed"},
+			FailedStarts:   &brewletv1.FailedStarts{Nodes: 2, Pods: 2, MaxFailures: 1, Exceeded: true, Message: "2 pod(s) on 2 node(s) had a container exit with an error"}},
 		TaskObservations: []brewletv1.TaskObservation{{NodeName: "n2", Current: false, Bindings: []brewletv1.TaskBinding{
 			{PodNamespace: "shop", PodName: "batch-1", ContainerName: "app", Epoch: "e-1", Generation: 2},
 			{PodNamespace: "ops", PodName: "old", ContainerName: "app", Epoch: "e-0", Generation: 9}}}},
@@ -42,7 +43,7 @@ func TestStatusTable(t *testing.T) {
 		"excluded n6: PrivilegedRuntimeFile (generation 3)",
 		"nodes without a running agent: n7 (AgentContainerFailing) (NodeProfile general)",
 		"1 Succeeded · 1 Deferred", "Deployment shop/batch Deferred: the Deployment is paused",
-		"RESTARTS HALTED: 2 restarted workload(s) failed", "ROLLED BACK RolledBack: generation 2 (sha256:9) failed restarted workloads", "old containers (2):", "stale", "batch-1", "9 (previous epoch)", "… and 4 more node(s)"} {
+		"RESTARTS HALTED: 2 restarted workload(s) failed", "FAILED STARTS  2 pod(s) on 2 node(s) had a container exit with an error", "ROLLED BACK RolledBack: generation 2 (sha256:9) failed restarted workloads", "old containers (2):", "stale", "batch-1", "9 (previous epoch)", "… and 4 more node(s)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}

@@ -107,13 +107,16 @@ func chartRestartsOff(t *testing.T) {
 	if oc == nil || strings.Contains(string(oc.JSON), "--rotation-restart") {
 		t.Errorf("operator Deployment runs rotation restarts while they are off")
 	}
+	if oc == nil || strings.Contains(string(oc.JSON), "--node-stale-after") {
+		t.Errorf("operator Deployment sets --node-stale-after without operator.nodeStaleAfter")
+	}
 }
 
 func chartRestartsEveryNamespace(t *testing.T) {
 	for _, ns := range []string{kit.ChartNS, "other-ns"} {
 		rc := kit.ChartMustRender(t, ns, chartPools(append(slices.Clone(chartRestartsArgs), "--set", "operator.rotationRestarts.maxConcurrent=7",
 			"--set", "operator.rotationRestarts.progressDeadline=90s", "--set", "operator.rotationRestarts.maxFailures=0",
-			"--set", "operator.rotationRestarts.soak=5m")...)...)
+			"--set", "operator.rotationRestarts.soak=5m", "--set", "operator.nodeStaleAfter=45s")...)...)
 		dep, _ := chartCheckCommon(t, rc, ns)
 		oc := dep.Spec.Template.Spec.Containers[0]
 		chartWantArg(t, oc, "--rotation-restarts", "")
@@ -121,6 +124,7 @@ func chartRestartsEveryNamespace(t *testing.T) {
 		chartWantArg(t, oc, "--rotation-restart-progress-deadline", "90s")
 		chartWantArg(t, oc, "--rotation-restart-max-failures", "0")
 		chartWantArg(t, oc, "--rotation-restart-soak", "5m")
+		chartWantArg(t, oc, "--node-stale-after", "45s")
 		chartNoArg(t, oc, "--rotation-restart-namespaces")
 		chartNoArg(t, oc, "--rotation-restart-window")
 		cr := &rbacv1.ClusterRole{}

@@ -302,6 +302,7 @@ func chartTemplateSchema(t *testing.T) {
 		{chartPools("--set", "operator.rotationRestarts.maxFailures=-1"), "/operator/rotationRestarts/maxFailures'"},
 		{chartPools("--set", "operator.rotationRestarts.maxFailures=one"), "/operator/rotationRestarts/maxFailures'"},
 		{chartPools("--set", "operator.rotationRestarts.soak=5 minutes"), "/operator/rotationRestarts/soak'"},
+		{chartPools("--set", "operator.nodeStaleAfter=1 minute"), "/operator/nodeStaleAfter'"},
 		{chartPools("--set", "operator.rotationRestarts.enabled=on"), "/operator/rotationRestarts/enabled'"},
 		{chartPools("--set-json", `operator.rotationRestarts.namespaces=["Apps_Prod"]`), "/operator/rotationRestarts/namespaces/0'"},
 		{chartPools("--set-json", `operator.rotationRestarts.namespaces=["a","a"]`), "/operator/rotationRestarts/namespaces'"},
