@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -194,6 +195,7 @@ func WriteTable(w io.Writer, all []Status) error {
 
 type statusOptions struct {
 	kubeconfig string
+	context    string
 	output     string
 	watch      bool
 	interval   time.Duration
@@ -215,7 +217,7 @@ func newStatusCmd() *cobra.Command {
 			if o.interval < time.Second {
 				return usageError{fmt.Errorf("--interval %s: at least 1s", o.interval)}
 			}
-			cl, err := statusClient(o.kubeconfig)
+			cl, err := statusClient(o.kubeconfig, o.context)
 			if err != nil {
 				return err
 			}
@@ -242,18 +244,29 @@ func newStatusCmd() *cobra.Command {
 	}
 	f := c.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)")
+	f.StringVar(&o.context, "context", "", "the kubeconfig context to use (default: its current context)")
 	f.StringVarP(&o.output, "output", "o", "table", "table, json or yaml")
 	f.BoolVarP(&o.watch, "watch", "w", false, "print again every --interval until interrupted")
 	f.DurationVar(&o.interval, "interval", 2*time.Second, "pause between prints with --watch")
 	return c
 }
 
-func statusClient(kubeconfig string) (client.Client, error) {
+// statusConfig resolves the cluster to ask as kubectl does: --kubeconfig, else $KUBECONFIG,
+// else ~/.kube/config, else in-cluster; --context picks a context other than the current one.
+func statusConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("no cluster to ask: %w (set --kubeconfig or KUBECONFIG)", err)
+		return nil, fmt.Errorf("no cluster to ask: %w (set --kubeconfig or KUBECONFIG, and --context)", err)
+	}
+	return cfg, nil
+}
+
+func statusClient(kubeconfig, kubeContext string) (client.Client, error) {
+	cfg, err := statusConfig(kubeconfig, kubeContext)
+	if err != nil {
+		return nil, err
 	}
 	s := runtime.NewScheme()
 	if err := brewletv1.AddToScheme(s); err != nil {

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -79,5 +81,39 @@ func TestStatusUsage(t *testing.T) {
 	var out, errOut strings.Builder
 	if code := Main([]string{"status", "-o", "xml"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "want table, json or yaml") {
 		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+}
+
+// --context picks a context of the kubeconfig other than its current one; an unknown one is
+// refused, never replaced by the current context.
+func TestStatusContext(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+current-context: prod
+clusters:
+- name: prod
+  cluster: {server: "https://prod.example:6443"}
+- name: staging
+  cluster: {server: "https://staging.example:6443"}
+users:
+- name: u
+  user: {token: t}
+contexts:
+- name: prod
+  context: {cluster: prod, user: u}
+- name: staging
+  context: {cluster: staging, user: u}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for ctx, want := range map[string]string{"": "https://prod.example:6443", "staging": "https://staging.example:6443"} {
+		cfg, err := statusConfig(kc, ctx)
+		if err != nil || cfg.Host != want {
+			t.Errorf("--context %q: host %v, %v; want %s", ctx, cfg, err, want)
+		}
+	}
+	if _, err := statusConfig(kc, "nowhere"); err == nil || !strings.Contains(err.Error(), "--context") {
+		t.Errorf("an unknown context: %v", err)
 	}
 }
