@@ -17,19 +17,12 @@ import (
 // reaches the rotation's health gate. Its methods are promoted to Layout.
 type FailedStarts struct{ Roots }
 
-// FailedStart is one such container, with the lease it ran on.
+// FailedStart is one such container: the lease it ran on (CreatedAt is its start), its
+// exit code and when it exited.
 type FailedStart struct {
-	ContainerID   string    `json:"containerID"`
-	ID            string    `json:"id"`
-	Epoch         string    `json:"epoch"`
-	Generation    int64     `json:"generation"`
-	PodNamespace  string    `json:"podNamespace,omitempty"`
-	PodName       string    `json:"podName,omitempty"`
-	PodUID        string    `json:"podUID,omitempty"`
-	ContainerName string    `json:"containerName,omitempty"`
-	ExitCode      uint32    `json:"exitCode"`
-	StartedAt     time.Time `json:"startedAt"`
-	ExitedAt      time.Time `json:"exitedAt"`
+	Lease
+	ExitCode uint32    `json:"exitCode"`
+	ExitedAt time.Time `json:"exitedAt"`
 }
 
 // FailedStartWindow: a container that exits with an error within this long of its create

@@ -33,8 +33,8 @@ func TestFailedStartsRecordAndExpire(t *testing.T) {
 	l := Under(t.TempDir())
 	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 	for i, age := range []time.Duration{time.Minute, 20 * time.Minute, 2 * time.Minute} {
-		f := FailedStart{ContainerID: "c" + string(rune('a'+i)), ID: "python", Epoch: "e1", Generation: 3, ExitCode: 1,
-			StartedAt: now.Add(-age - time.Second), ExitedAt: now.Add(-age)}
+		f := FailedStart{Lease: Lease{ContainerID: "c" + string(rune('a'+i)), ID: "python", Epoch: "e1", Generation: 3,
+			CreatedAt: now.Add(-age - time.Second)}, ExitCode: 1, ExitedAt: now.Add(-age)}
 		if err := l.RecordFailedStart(f); err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func TestFailedStartsRecordAndExpire(t *testing.T) {
 	if len(ents) != 2 {
 		t.Fatalf("%d files left; the old and the unreadable one should be gone", len(ents))
 	}
-	if err := l.RecordFailedStart(FailedStart{ContainerID: "../x", ID: "python"}); err == nil {
+	if err := l.RecordFailedStart(FailedStart{Lease: Lease{ContainerID: "../x", ID: "python"}}); err == nil {
 		t.Fatal("a container ID that leaves the directory was recorded")
 	}
 	if !l.HasFailedStarts() {

@@ -351,12 +351,19 @@ func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*emp
 }
 
 // recordFailedStart records a container that exited with an error within
-// hoststate.FailedStartWindow of its create, unasked (killed: a Kill came first), with the
-// lease it ran on: the agent reports it, and the rotation's health gate counts it against
-// the generation (docs/rotation.md, "Rollback"). A container without a lease ran no Brewlet
-// runtime.
-func recordFailedStart(l hoststate.Layout, id string, resp *taskAPI.DeleteResponse, killed bool) error {
-	if resp == nil || resp.ExitedAt == nil {
+// hoststate.FailedStartWindow of its create, unasked (killedAt: when a Kill for it came,
+// zero if none), with the lease it ran on: the agent reports it, and the rotation's health
+// gate counts it against the generation (docs/rotation.md, "Rollback"). A Kill after the
+// exit asked nothing: containerd's CRI kills a container that exited on its own before
+// deleting it. The lease is read only for an error exit nobody asked for; a container
+// without one ran no Brewlet runtime.
+func recordFailedStart(l hoststate.Layout, id string, resp *taskAPI.DeleteResponse, killedAt time.Time) error {
+	if resp == nil || resp.ExitedAt == nil || resp.ExitStatus == 0 {
+		return nil
+	}
+	exited := resp.ExitedAt.AsTime()
+	killed := !killedAt.IsZero() && !killedAt.After(exited)
+	if killed {
 		return nil
 	}
 	ls, err := l.Lease(id)
@@ -366,13 +373,10 @@ func recordFailedStart(l hoststate.Layout, id string, resp *taskAPI.DeleteRespon
 	if err != nil {
 		return err
 	}
-	exited := resp.ExitedAt.AsTime()
 	if !hoststate.IsFailedStart(resp.ExitStatus, ls.CreatedAt, exited, killed) {
 		return nil
 	}
-	return l.RecordFailedStart(hoststate.FailedStart{ContainerID: id, ID: ls.ID, Epoch: ls.Epoch, Generation: ls.Generation,
-		PodNamespace: ls.PodNamespace, PodName: ls.PodName, PodUID: ls.PodUID, ContainerName: ls.ContainerName,
-		ExitCode: resp.ExitStatus, StartedAt: ls.CreatedAt, ExitedAt: exited})
+	return l.RecordFailedStart(hoststate.FailedStart{Lease: ls, ExitCode: resp.ExitStatus, ExitedAt: exited})
 }
 
 // Delete releases the container's lease once the init process, its execs and its mounts
@@ -380,8 +384,11 @@ func recordFailedStart(l hoststate.Layout, id string, resp *taskAPI.DeleteRespon
 func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
 	resp, err := s.TTRPCTaskService.Delete(ctx, r)
 	if err == nil && r.ExecID == "" {
-		_, killed := s.stopped.LoadAndDelete(r.ID)
-		if ferr := recordFailedStart(layout(), r.ID, resp, killed); ferr != nil {
+		var killedAt time.Time
+		if v, ok := s.killed.LoadAndDelete(r.ID); ok {
+			killedAt = v.(time.Time)
+		}
+		if ferr := recordFailedStart(layout(), r.ID, resp, killedAt); ferr != nil {
 			log.G(ctx).WithError(ferr).Warn("brewlet: a failed start not recorded")
 		}
 		if rerr := releaseContainer(layout(), bundleOf(r.ID), r.ID); rerr != nil {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/api/types/task"
@@ -25,19 +26,14 @@ import (
 // running; any check that cannot be made) goes to the runc code unchanged, which also gives
 // the stock errors.
 func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*emptypb.Empty, error) {
-	if r.ExecID != "" {
-		return s.TTRPCTaskService.Kill(ctx, r)
+	if r.ExecID == "" {
+		s.killed.LoadOrStore(r.ID, time.Now())
 	}
-	st, err := s.State(ctx, &taskAPI.StateRequest{ID: r.ID})
-	if err == nil && st.Status != task.Status_STOPPED {
-		// Someone asked a live container to stop: its exit is no failed start. containerd
-		// also kills a container that already exited on its own before deleting it (CRI's
-		// exit handling): that Kill finds it stopped and marks nothing.
-		s.stopped.Store(r.ID, struct{}{})
-	}
-	if err == nil && !r.All && r.Signal != uint32(unix.SIGKILL) && r.Signal > 0 && r.Signal < 65 &&
-		st.Status == task.Status_RUNNING && signalInit(ctx, bundleOf(r.ID), r.ID, st.Pid, unix.Signal(r.Signal)) == nil {
-		return &emptypb.Empty{}, nil
+	if r.ExecID == "" && !r.All && r.Signal != uint32(unix.SIGKILL) && r.Signal > 0 && r.Signal < 65 {
+		if st, err := s.State(ctx, &taskAPI.StateRequest{ID: r.ID}); err == nil &&
+			st.Status == task.Status_RUNNING && signalInit(ctx, bundleOf(r.ID), r.ID, st.Pid, unix.Signal(r.Signal)) == nil {
+			return &emptypb.Empty{}, nil
+		}
 	}
 	return s.TTRPCTaskService.Kill(ctx, r)
 }

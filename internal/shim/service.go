@@ -20,9 +20,9 @@ import (
 // service wraps the runc task service; calls it does not override pass straight through.
 type service struct {
 	taskAPI.TTRPCTaskService
-	// stopped are the containers whose init process someone asked to stop (Kill): their
-	// exit is not a failed start.
-	stopped sync.Map
+	// killed: container ID -> when the first Kill of its init process came (time.Time).
+	// An exit after it was asked for, never a failed start (recordFailedStart).
+	killed sync.Map
 }
 
 // RegisterTTRPC serves the wrapper, not the inner service, on the shim's socket.

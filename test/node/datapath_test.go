@@ -189,7 +189,7 @@ func TestDataPathRunsAppOnRuntime(t *testing.T) {
 			}
 		}
 		if found == nil || found.ExitCode != 3 || found.ID != kit.PyID || found.Generation != 1 || found.PodName != pod.Metadata.Name ||
-			found.PodUID != pod.Metadata.Uid || found.ExitedAt.Before(found.StartedAt) {
+			found.PodUID != pod.Metadata.Uid || found.ExitedAt.Before(found.CreatedAt) {
 			t.Fatalf("the failed start of %s: %+v (records %+v)", failed, found, recs)
 		}
 	})

@@ -15,8 +15,8 @@ func TestFailedStartsReport(t *testing.T) {
 	l := hoststate.Under(t.TempDir())
 	now := time.Now()
 	rec := func(cid string, age time.Duration, mutate func(*hoststate.FailedStart)) {
-		f := hoststate.FailedStart{ContainerID: cid, ID: "python-3.12", Epoch: "e1", Generation: 2, PodNamespace: "shop",
-			PodName: "web-" + cid, PodUID: "uid-" + cid, ContainerName: "app", ExitCode: 1, StartedAt: now.Add(-age - time.Second), ExitedAt: now.Add(-age)}
+		f := hoststate.FailedStart{Lease: hoststate.Lease{ContainerID: cid, ID: "python-3.12", Epoch: "e1", Generation: 2, PodNamespace: "shop",
+			PodName: "web-" + cid, PodUID: "uid-" + cid, ContainerName: "app", CreatedAt: now.Add(-age - time.Second)}, ExitCode: 1, ExitedAt: now.Add(-age)}
 		if mutate != nil {
 			mutate(&f)
 		}
