@@ -1,5 +1,5 @@
 // Package eventnote gives the operator's controllers their event recorder, one whose notes
-// always fit the API. events.k8s.io refuses an Event whose note is longer than 1 KiB, and
+// always fit the API, and the cut every other bounded text of theirs uses (Cut). events.k8s.io refuses an Event whose note is longer than 1 KiB, and
 // the recorder drops a refused event for good: a rollback's or a halt's message naming
 // five workloads and two digests is easily longer, and the one event an on-call human
 // alerts on must not be the one lost.
@@ -37,11 +37,16 @@ func (b bounded) Eventf(regarding, related runtime.Object, eventtype, reason, ac
 	b.EventRecorder.Eventf(regarding, related, eventtype, reason, action, "%s", Note(fmt.Sprintf(note, args...)))
 }
 
-// Note cuts s to MaxNote bytes on a character boundary, marking the cut with "…".
-func Note(s string) string {
-	if len(s) <= MaxNote {
+// Note cuts s to MaxNote bytes (Cut).
+func Note(s string) string { return Cut(s, MaxNote) }
+
+// Cut returns s, or its first bytes up to a character boundary marked with "…", at most limit
+// bytes in all: the one cut of every text the operator writes within an API bound (event
+// notes, status messages, what it quotes of a node's report).
+func Cut(s string, limit int) string {
+	if len(s) <= limit {
 		return s
 	}
 	const mark = "…"
-	return strings.ToValidUTF8(s[:MaxNote-len(mark)], "") + mark
+	return strings.ToValidUTF8(s[:max(0, limit-len(mark))], "") + mark
 }

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/eventnote"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -63,7 +64,7 @@ func AgentProblems(assigned []string, f AgentFacts) []brewletv1.NodeAgentProblem
 			pr.Reason = string(vocab.ReasonAgentNotReporting)
 			pr.Message = fmt.Sprintf("the agent of node %s does not renew its Lease brewlet-provisioner-%s, and its pod could not be read: %v", node, node, podsErr)
 		}
-		pr.Message = clip(pr.Message, maxProblemMessage)
+		pr.Message = eventnote.Cut(pr.Message, maxProblemMessage)
 		out = append(out, pr)
 	}
 	slices.SortFunc(out, func(a, b brewletv1.NodeAgentProblem) int { return strings.Compare(a.NodeName, b.NodeName) })

@@ -11,6 +11,7 @@ import (
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
 	"brewlet.sh/brewlet/internal/nodepool"
+	"brewlet.sh/brewlet/internal/operator/eventnote"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -146,7 +147,7 @@ func owedSteps(e brewletv1.LedgerEntry, cl *brewletv1.NodeCleanup) string {
 	case cl == nil:
 		msg += " (its agent has not reported on this node yet)"
 	case cl.Message != "":
-		msg += " (agent: " + clip(cl.Message, maxAgentMessage) + ")"
+		msg += " (agent: " + eventnote.Cut(cl.Message, maxAgentMessage) + ")"
 	}
 	return msg
 }
@@ -154,13 +155,6 @@ func owedSteps(e brewletv1.LedgerEntry, cl *brewletv1.NodeCleanup) string {
 // maxAgentMessage bounds what a node's own report adds to the profile's status: a node
 // writes its NodeRuntime, not the profile.
 const maxAgentMessage = 300
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
-}
 
 func offeredIDs(p *brewletv1.NodeProfile) []string {
 	var out []string

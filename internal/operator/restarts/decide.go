@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/eventnote"
 	"brewlet.sh/brewlet/internal/operator/rollout"
 	"brewlet.sh/brewlet/internal/vocab"
 )
@@ -392,7 +393,7 @@ func HaltOf(actions []Action, t Target, p Policy) *brewletv1.RestartsHalt {
 		// fail them too.
 		msg := fmt.Sprintf("new containers fail to start on %s generation %d: no further restart starts; those in progress finish. %s",
 			t.ID, t.Generation, t.FailedStarts)
-		return &brewletv1.RestartsHalt{Failed: int32(len(failed)), MaxFailures: int32(p.MaxFailures), Message: bounded(msg)}
+		return &brewletv1.RestartsHalt{Failed: int32(len(failed)), MaxFailures: int32(p.MaxFailures), Message: eventnote.Cut(msg, maxHaltMessage)}
 	}
 	named := failed[:min(len(failed), maxNamedFailures)]
 	msg := fmt.Sprintf("%d restarted workload(s) failed on %s generation %d, more than the restart failure budget %d: no further restart starts; those in progress finish. Failed: %s",
@@ -401,16 +402,11 @@ func HaltOf(actions []Action, t Target, p Policy) *brewletv1.RestartsHalt {
 		msg += fmt.Sprintf(" and %d more", len(failed)-len(named))
 	}
 	msg += ". Fix the runtime image and set a new digest (or the previous one, to roll back): a new generation starts restarts afresh"
-	return &brewletv1.RestartsHalt{Failed: int32(len(failed)), MaxFailures: int32(p.MaxFailures), Message: bounded(msg)}
+	return &brewletv1.RestartsHalt{Failed: int32(len(failed)), MaxFailures: int32(p.MaxFailures), Message: eventnote.Cut(msg, maxHaltMessage)}
 }
 
-// bounded keeps a halt message within the CRD's 1024 bytes.
-func bounded(msg string) string {
-	if len(msg) > 1024 {
-		return strings.ToValidUTF8(msg[:1021], "") + "..."
-	}
-	return msg
-}
+// maxHaltMessage is the CRD's bound on status.rotation.restartsHalted.message.
+const maxHaltMessage = 1024
 
 // recordRank orders records when there are more than MaxRecorded: those holding a slot
 // (never more than the concurrency limit), then failures and successes (settled outcomes

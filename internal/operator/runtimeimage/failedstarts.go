@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/eventnote"
 )
 
 // HealthWindow is how long after a rotation reached every node a container failing to
@@ -20,6 +21,9 @@ const HealthWindow = 30 * time.Minute
 
 // clockSkew is how far before the target's assignment a node's clock may put a failure on it.
 const clockSkew = time.Minute
+
+// maxFailedStartsMessage is the CRD's bound on status.rotation.failedStarts.message.
+const maxFailedStartsMessage = 1024
 
 // maxNamedFailedStarts bounds the containers named in the message.
 const maxNamedFailedStarts = 5
@@ -100,9 +104,6 @@ func failedStartsOf(ri *brewletv1.RuntimeImage, st *brewletv1.RuntimeImageStatus
 	if len(named) > maxNamedFailedStarts {
 		msg += fmt.Sprintf(" and %d more", len(named)-maxNamedFailedStarts)
 	}
-	if len(msg) > 1000 { // the CRD's bound is 1024
-		msg = strings.ToValidUTF8(msg[:1000], "") + "…"
-	}
-	sum.Message = msg
+	sum.Message = eventnote.Cut(msg, maxFailedStartsMessage)
 	return &sum
 }

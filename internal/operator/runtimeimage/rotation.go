@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	brewletv1 "brewlet.sh/brewlet/api/v1alpha1"
+	"brewlet.sh/brewlet/internal/operator/eventnote"
 	"brewlet.sh/brewlet/internal/operator/rollout"
 	"brewlet.sh/brewlet/internal/vocab"
 )
@@ -213,9 +214,4 @@ func nameMissingAgents(st *brewletv1.RuntimeImageStatus, missing []string) {
 // it, and one node's words must not crowd out the rest of the status.
 const maxFailureMessage = 2048
 
-func boundedMessage(m string) string {
-	if len(m) > maxFailureMessage {
-		return strings.ToValidUTF8(m[:maxFailureMessage], "") + "…"
-	}
-	return m
-}
+func boundedMessage(m string) string { return eventnote.Cut(m, maxFailureMessage) }
