@@ -20,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"brewlet.sh/brewlet/internal/admission"
 	"brewlet.sh/brewlet/internal/operator"
 	"brewlet.sh/brewlet/internal/operator/nodereports"
 	"brewlet.sh/brewlet/internal/operator/restarts"
@@ -69,6 +70,11 @@ func main() {
 	flag.StringVar(&o.Admission.Host, "webhook-host", "", "serve pod admission on this address (default: all)")
 	flag.StringVar(&o.Admission.CertDir, "webhook-cert-dir", "", "write the pod admission serving certificate here (default: <tmp>/k8s-webhook-server/serving-certs)")
 	flag.DurationVar(&o.Admission.ResyncInterval, "webhook-cert-resync", time.Minute, "check the serving certificate Secret and the webhook caBundle this often")
+	flag.Func("user-namespaces", "Brewlet pods' user namespaces: empty (each pod decides), Default (hostUsers: false unless the pod sets it) or Required (also refuse hostUsers: true); chart value admission.userNamespaces", func(v string) error {
+		p, err := admission.ParseUserNamespaces(v)
+		o.Admission.UserNamespaces = p
+		return err
+	})
 	flag.Parse()
 	if o.NodeStaleAfter < 10*time.Second {
 		fmt.Fprintf(os.Stderr, "--node-stale-after=%s: at least 10s (agents renew their Lease every 3s; shorter marks live nodes as not reporting)\n", o.NodeStaleAfter)

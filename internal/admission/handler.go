@@ -38,6 +38,8 @@ func init() { metrics.Registry.MustRegister(requests) }
 type Handler struct {
 	Cache  client.Reader // the manager's cached client
 	Direct client.Reader // the manager's API reader
+	// UserNamespaces is the policy for new pods' hostUsers.
+	UserNamespaces UserNamespaces
 }
 
 var _ admission.Handler = (*Handler)(nil)
@@ -74,10 +76,14 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		requests.WithLabelValues("denied").Inc()
 		return admission.Denied(d.Message()).WithWarnings(d.Warnings...)
 	}
-	requests.WithLabelValues("allowed").Inc()
-	target := d.Pod
+	var target *corev1.Pod
 	switch {
 	case req.Operation == admissionv1.Create:
+		var denial string
+		if target, denial = applyUserNamespaces(h.UserNamespaces, d.Pod); denial != "" {
+			requests.WithLabelValues("denied").Inc()
+			return admission.Denied(denial).WithWarnings(d.Warnings...)
+		}
 	case req.Operation == admissionv1.Update && req.SubResource == "ephemeralcontainers":
 		old := &corev1.Pod{}
 		if len(req.OldObject.Raw) > 0 {
@@ -90,8 +96,10 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		}
 	default:
 		// Not an operation the configuration sends; judged, never changed.
+		requests.WithLabelValues("allowed").Inc()
 		return admission.Allowed("").WithWarnings(d.Warnings...)
 	}
+	requests.WithLabelValues("allowed").Inc()
 	out, err := json.Marshal(target)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)

@@ -35,6 +35,8 @@ type Options struct {
 	CertValidity time.Duration
 	// ResyncInterval between certificate passes (default 1 minute).
 	ResyncInterval time.Duration
+	// UserNamespaces is the policy for Brewlet pods' hostUsers (default: the pod decides).
+	UserNamespaces UserNamespaces
 }
 
 // Setup adds the webhook server with the pod admission handler and the certificate
@@ -76,7 +78,7 @@ func Setup(mgr manager.Manager, o Options) (*Rotator, error) {
 			c.MinVersion = tls.VersionTLS12
 		}},
 	})
-	srv.Register(Path, &admission.Webhook{Handler: &Handler{Cache: mgr.GetClient(), Direct: mgr.GetAPIReader()}})
+	srv.Register(Path, &admission.Webhook{Handler: &Handler{Cache: mgr.GetClient(), Direct: mgr.GetAPIReader(), UserNamespaces: o.UserNamespaces}})
 	if err := mgr.Add(srv); err != nil {
 		return nil, err
 	}

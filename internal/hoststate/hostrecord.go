@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -52,20 +51,9 @@ func (l HostRecordStore) HostRecordFile() string {
 // the caller must not assume the host is untouched.
 func (l HostRecordStore) ReadHostRecord() (HostRecord, error) {
 	var r HostRecord
-	f, err := os.Open(l.HostRecordFile())
-	if errors.Is(err, fs.ErrNotExist) {
-		return r, nil
-	}
-	if err != nil {
+	b, err := readBounded(l.HostRecordFile(), maxHostRecord)
+	if err != nil || b == nil {
 		return r, err
-	}
-	defer func() { _ = f.Close() }()
-	b, err := io.ReadAll(io.LimitReader(f, maxHostRecord+1))
-	if err != nil {
-		return r, err
-	}
-	if len(b) > maxHostRecord {
-		return r, fmt.Errorf("host record %s is larger than %d bytes", l.HostRecordFile(), maxHostRecord)
 	}
 	if err := json.Unmarshal(b, &r); err != nil {
 		return r, fmt.Errorf("host record %s is unreadable: %w", l.HostRecordFile(), err)

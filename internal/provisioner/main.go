@@ -138,7 +138,7 @@ func Main(ctx context.Context, o Options) error {
 			Platform: v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}},
 		Collector: &gc.Collector{Layout: layout, Grace: o.GCGrace, MountInfo: o.MountInfo},
 		Tasks:     &tasks.Containerd{Socket: o.ContainerdSocket},
-		HostSetup: &containerd.HostChanges{Layout: layout, Containerd: o.containerd(), ShimSource: o.ShimSource, ShimDir: o.ShimDir},
+		HostSetup: &containerd.HostChanges{Layout: layout, Containerd: o.containerd(layout), ShimSource: o.ShimSource, ShimDir: o.ShimDir},
 		// The mode comes from the NodeRuntime spec when the operator wrote one.
 		ContainerdMode: vocab.ContainerdRestart(o.ContainerdRestart),
 		StartupTaints:  o.StartupTaints,
@@ -180,9 +180,10 @@ func Main(ctx context.Context, o Options) error {
 }
 
 // containerd is how the agent edits, checks and restarts the node's containerd.
-func (o Options) containerd() *containerd.Handler {
+func (o Options) containerd(layout hoststate.Layout) *containerd.Handler {
 	host := containerd.HostExec{Root: o.HostRoot}
 	return &containerd.Handler{ConfigPath: o.ContainerdConfig, Template: o.ContainerdConfigTemplate, Binary: o.ContainerdBinary, Host: host,
+		WriteOptions: layout.WriteHandlerOptions,
 		Restart: func(ctx context.Context) error {
 			cmd, err := host.Shell(ctx, o.ContainerdRestartCommand)
 			if err != nil {
@@ -202,7 +203,7 @@ func (o Options) containerd() *containerd.Handler {
 // mirrors and authorities. The agent goes on with what it was given (the administrator's
 // explicit value); the log names the value to set.
 func checkRegistryHostsDir(o Options) {
-	node, err := o.containerd().RegistryConfigPath()
+	node, err := o.containerd(hoststate.DefaultLayout).RegistryConfigPath()
 	switch {
 	case err != nil:
 		log.Printf("registry hosts: containerd's registry config_path not read (%v); runtime images use %q", err, o.RegistryHostsDir)

@@ -66,12 +66,16 @@ func writeSpec(bundle string, s *specs.Spec) error {
 
 // Create composes an application container; pod sandboxes pass through untouched.
 func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*taskAPI.CreateTaskResponse, error) {
-	if err := normalizeOptions(&r.Options); err != nil {
-		return nil, errgrpc.ToGRPCf(errdefs.ErrInvalidArgument, "brewlet shim: %v", err)
-	}
 	spec, err := readSpec(r.Bundle)
 	if err != nil {
 		return nil, refusal(err)
+	}
+	cgroupsPath := ""
+	if spec.Linux != nil {
+		cgroupsPath = spec.Linux.CgroupsPath
+	}
+	if err := normalizeOptions(&r.Options, layout(), cgroupsPath); err != nil {
+		return nil, errgrpc.ToGRPCf(errdefs.ErrInvalidArgument, "brewlet shim: %v", err)
 	}
 	if spec.Annotations[vocab.CRIContainerType] == vocab.CRIContainerTypeSandbox {
 		// The pod's containers come next: their image checks find containerd's API
@@ -93,13 +97,15 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		return nil, refusal(err)
 	}
 	leased := false
+	unmap := func() {}
+	defer func() { unmap() }() // the overlay is mounted, or the create failed
 	release := func() {
 		if leased {
 			_ = l.ReleaseLease(r.ID)
 		}
 		_ = os.RemoveAll(l.ContainerDir(r.ID))
 	}
-	if err := s.prepare(ctx, l, r, spec, img, &leased, st); err != nil {
+	if err := s.prepare(ctx, l, r, spec, img, &leased, &unmap, st); err != nil {
 		release()
 		l.CountLaunch("refused", string(reasonOrInternal(err)))
 		return nil, refusal(err)
@@ -121,7 +127,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 
 // prepare runs every check, takes the lease, composes the root filesystem and rewrites
 // the spec. Nothing is mounted before every check passed.
-func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.CreateTaskRequest, spec *specs.Spec, img *imageCheck, leased *bool, steps *steps) error {
+func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.CreateTaskRequest, spec *specs.Spec, img *imageCheck, leased *bool, unmap *func(), steps *steps) error {
 	ann := spec.Annotations
 	id := ann[vocab.AnnotationRuntimeImage]
 	if id == "" {
@@ -216,6 +222,9 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 	}
 	composeLowerdirs(mount, app, mask, rt)
 	keepMountLabel(mount, spec.Linux.MountLabel)
+	if *unmap, err = mapLayers(mount, spec, len(app)); err != nil {
+		return err
+	}
 
 	st := &execState{RuntimeID: id, Epoch: gen.Epoch, Generation: gen.Generation,
 		UID: spec.Process.User.UID, GID: spec.Process.User.GID, AdditionalGids: spec.Process.User.AdditionalGids,

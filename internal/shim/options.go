@@ -3,6 +3,7 @@ package shim
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/containerd/containerd/api/types/runc/options"
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
@@ -10,31 +11,48 @@ import (
 	"github.com/pelletier/go-toml/v2"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
 // runcOptions returns the runc options for a task, whatever form containerd sent them in.
 //
-// containerd's CRI hands a runtime_type other than io.containerd.runc.v2 its [options]
-// table as runtimeoptions.Options with the TOML in ConfigBody, while the reused runc task
-// service type-asserts runc options and would panic on anything else; ctr sends none.
-func runcOptions(in *anypb.Any) (*options.Options, error) {
+// The brewlet handler carries no options table (docs/shim.md, "Runtime options"): containerd
+// then sends none, or, for a user-namespaced container, runc options holding only the I/O
+// owner; the handler's runc options come from the file the agent copies them into
+// (hoststate.HandlerOptionsFile), with containerd's I/O owner on top. A handler written with
+// an options table (by hand, or by an agent before the table moved) still works: containerd's
+// CRI sends it as runtimeoptions.Options with the TOML in ConfigBody, which the reused runc
+// task service would panic on.
+func runcOptions(in *anypb.Any, file func() ([]byte, error)) (*options.Options, error) {
+	var v any
+	if in.GetValue() != nil {
+		var err error
+		if v, err = typeurl.UnmarshalAny(in); err != nil {
+			return nil, fmt.Errorf("decode runtime options %q: %w", in.GetTypeUrl(), err)
+		}
+	}
 	ro := &options.Options{}
-	if in.GetValue() == nil {
-		return ro, nil
-	}
-	v, err := typeurl.UnmarshalAny(in)
-	if err != nil {
-		return nil, fmt.Errorf("decode runtime options %q: %w", in.GetTypeUrl(), err)
-	}
 	switch o := v.(type) {
-	case *options.Options:
-		ro = o
 	case *runtimeoptions.Options:
 		if len(o.ConfigBody) > 0 {
 			if err := toml.Unmarshal(o.ConfigBody, ro); err != nil {
 				return nil, fmt.Errorf("decode the handler's options table: %w", err)
 			}
+		}
+	case nil, *options.Options:
+		b, err := file()
+		if err != nil {
+			return nil, fmt.Errorf("read the brewlet handler's runc options: %w", err)
+		}
+		if len(b) > 0 {
+			if err := toml.Unmarshal(b, ro); err != nil {
+				return nil, fmt.Errorf("decode the brewlet handler's runc options: %w", err)
+			}
+		}
+		if sent, ok := o.(*options.Options); ok && sent != nil {
+			// Only what containerd's CRI adds for a user-namespaced container.
+			ro.IoUid, ro.IoGid = sent.IoUid, sent.IoGid
 		}
 	default:
 		return nil, fmt.Errorf("unsupported runtime options type %T; configure the brewlet handler with runc options (BinaryName, Root, SystemdCgroup)", v)
@@ -43,6 +61,20 @@ func runcOptions(in *anypb.Any) (*options.Options, error) {
 		return nil, err
 	}
 	return ro, nil
+}
+
+// legacyOptions reports whether containerd sent the handler's own options table: such a
+// handler cannot run user-namespaced containers (containerd refuses to add their I/O owner).
+func legacyOptions(in *anypb.Any) bool {
+	if in.GetValue() == nil {
+		return false
+	}
+	v, err := typeurl.UnmarshalAny(in)
+	if err != nil {
+		return false
+	}
+	_, ok := v.(*runtimeoptions.Options)
+	return ok
 }
 
 // runcBinary refuses a BinaryName that is not runc: the shim judged the OCI spec it hands
@@ -56,10 +88,17 @@ func runcBinary(name string) error {
 }
 
 // normalizeOptions rewrites opts in place into runc options.
-func normalizeOptions(opts **anypb.Any) error {
-	ro, err := runcOptions(*opts)
+// The cgroup driver follows the container's cgroup path when the handler's options do not
+// name it: containerd's CRI writes a systemd path ("slice:prefix:name") exactly when the
+// kubelet's cgroup parent is a systemd slice, and runc needs --systemd-cgroup for it.
+func normalizeOptions(opts **anypb.Any, l hoststate.Layout, cgroupsPath string) error {
+	legacy := legacyOptions(*opts)
+	ro, err := runcOptions(*opts, l.ReadHandlerOptions)
 	if err != nil {
 		return err
+	}
+	if !legacy && !ro.SystemdCgroup && systemdPath(cgroupsPath) {
+		ro.SystemdCgroup = true
 	}
 	a, err := typeurl.MarshalAnyToProto(ro)
 	if err != nil {
@@ -67,4 +106,10 @@ func normalizeOptions(opts **anypb.Any) error {
 	}
 	*opts = a
 	return nil
+}
+
+// systemdPath reports whether a cgroup path is in runc's systemd form, "slice:prefix:name".
+func systemdPath(p string) bool {
+	parts := strings.Split(p, ":")
+	return len(parts) == 3 && strings.HasSuffix(parts[0], ".slice") && !strings.Contains(p, "/")
 }

@@ -87,6 +87,11 @@ const (
 	// boundary allows (host devices, host namespaces, device-owning groups, restore from a
 	// checkpoint, ...), whatever admission let through.
 	ReasonPrivilegeNotSupported Reason = "PrivilegeNotSupported"
+	// UserNamespaceUnsupported: a container in a user namespace whose layers this node cannot
+	// map into it (mappings out of bounds or differing from containerd's snapshot, a
+	// filesystem or kernel without idmapped mounts, a handler containerd cannot give the
+	// container's I/O owner).
+	ReasonUserNamespaceUnsupported Reason = "UserNamespaceUnsupported"
 
 	// Bounds (shim validation, provisioner installs): an input larger or slower than the
 	// node accepts (entries, path bytes, uncompressed bytes, deadlines).

@@ -60,7 +60,7 @@ func TestAgentCleansTheNodeOnProfileDeletion(t *testing.T) {
 	host := hoststate.Under(n.HostPrefix)
 	shimDir := t.TempDir()
 	failRestart := false
-	cd := &containerd.Handler{ConfigPath: n.ConfigPath, Binary: framework.Tool(t, "containerd"),
+	cd := &containerd.Handler{ConfigPath: n.ConfigPath, Binary: framework.Tool(t, "containerd"), WriteOptions: host.WriteHandlerOptions,
 		Restart: func(ctx context.Context) error {
 			if failRestart {
 				return errors.New("simulated: systemctl restart containerd failed")

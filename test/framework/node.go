@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/vocab"
 	"brewlet.sh/brewlet/test/framework/nodeconfig"
 	"brewlet.sh/brewlet/test/framework/testimage"
@@ -63,6 +64,10 @@ type Node struct {
 type NodeOptions struct {
 	// WithoutBrewletHandler leaves the brewlet handler out, for tests of its registration.
 	WithoutBrewletHandler bool
+	// AgentHandler registers the handler as the agent does (no options table; runc's
+	// options in the file the shim reads), which user-namespaced pods need. Otherwise the
+	// handler carries runc's options as a table, as one written by hand may.
+	AgentHandler bool
 	// ImportsDir makes the main config import <dir>/*.toml (a drop-in directory).
 	ImportsDir bool
 	// HostReachable connects pods and host: the bridge is created up front holding the
@@ -230,7 +235,7 @@ func (n *Node) startContainerd(t TB) error {
 	var err error
 	nc := nodeconfig.Node{Dir: n.Dir, Socket: n.Socket, HostPrefix: n.Seen.HostPrefix, PauseImage: n.PauseImage, DevRoot: n.DevRoot(),
 		Runc: Tool(t, "runc"), ToolsBin: ToolsBin(), Daemon: n.containerdTool(), Version: n.opts.Containerd,
-		ShimEnv: n.opts.ShimEnv, WithoutBrewletHandler: n.opts.WithoutBrewletHandler, ImportsDir: n.ImportsDir}
+		ShimEnv: n.opts.ShimEnv, WithoutBrewletHandler: n.opts.WithoutBrewletHandler, AgentHandler: n.opts.AgentHandler, ImportsDir: n.ImportsDir}
 	switch {
 	case n.opts.BaseConfig != "":
 		cfg, n.ImportsDir, err = nodeconfig.FromDefault(nc, ContainerdTool(n.opts.BaseConfig))
@@ -244,6 +249,11 @@ func (n *Node) startContainerd(t TB) error {
 	}
 	if err := os.WriteFile(n.ConfigPath, cfg, 0o644); err != nil {
 		return err
+	}
+	if n.opts.AgentHandler && !n.opts.WithoutBrewletHandler {
+		if err := nodeconfig.HandlerOptions(nc, hoststate.Under(n.HostPrefix)); err != nil {
+			return err
+		}
 	}
 	if err := n.runContainerd(); err != nil {
 		return err
@@ -277,7 +287,9 @@ func (n *Node) containerdTool() string { return ContainerdTool(n.opts.Containerd
 func ContainerdTool(version string) string { return nodeconfig.Tool(version) }
 
 func (n *Node) runContainerd() error {
-	env := []string{"PATH=" + n.BinDir + ":" + ToolsBin() + ":" + os.Getenv("PATH")}
+	// containerd runs the shim's `-info` with its own environment, not the shims': the
+	// shim finds the node's Brewlet state there too.
+	env := []string{"PATH=" + n.BinDir + ":" + ToolsBin() + ":" + os.Getenv("PATH"), vocab.EnvHostPrefix + "=" + n.Seen.HostPrefix}
 	binds, err := n.viewBinds()
 	if err != nil {
 		return err

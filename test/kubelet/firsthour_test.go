@@ -63,6 +63,9 @@ func TestFirstHourOnKubelet(t *testing.T) {
 	t.Run("exec probe, postStart hook and kubectl exec run as the runtime user without capabilities", func(t *testing.T) {
 		firstHourUserProcesses(t, f)
 	})
+	t.Run("a pod with hostUsers: false answers through its Service, in a user namespace of its own", func(t *testing.T) {
+		firstHourUserNamespaces(t, f)
+	})
 	t.Run("a pod asking for root is refused at admission", func(t *testing.T) {
 		pod := firstHourPod("root", f.AppImage)
 		root := int64(0)

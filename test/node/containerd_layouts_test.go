@@ -110,7 +110,7 @@ func distributionCase(t *testing.T, admin string, imports bool) {
 	survivor := startSurvivor(t, n)
 	layout := hoststate.Under(n.HostPrefix)
 	handler := func(restart func(context.Context) error) *containerd.HostChanges {
-		cd := &containerd.Handler{ConfigPath: n.ConfigPath, Template: d.tmpl, Binary: n.ContainerdBinary(), Restart: restart,
+		cd := &containerd.Handler{ConfigPath: n.ConfigPath, Template: d.tmpl, Binary: n.ContainerdBinary(), Restart: restart, WriteOptions: layout.WriteHandlerOptions,
 			Health: func(ctx context.Context) error { return kit.HandlerListed(ctx, n) }}
 		return &containerd.HostChanges{Layout: layout, Containerd: cd}
 	}

@@ -83,7 +83,7 @@ func matrixCase(t *testing.T, row matrixRow) {
 	survivor := startSurvivor(t, n)
 
 	var restarts atomic.Int32
-	cd := &containerd.Handler{ConfigPath: n.ConfigPath, Binary: n.ContainerdBinary(),
+	cd := &containerd.Handler{ConfigPath: n.ConfigPath, Binary: n.ContainerdBinary(), WriteOptions: hoststate.Under(n.HostPrefix).WriteHandlerOptions,
 		Restart: func(ctx context.Context) error { restarts.Add(1); return n.RestartContainerd(ctx) },
 		Health:  func(ctx context.Context) error { return kit.HandlerListed(ctx, n) }}
 	layout := hoststate.Under(n.HostPrefix)

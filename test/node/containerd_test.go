@@ -55,7 +55,7 @@ func TestContainerdHandlerRegistration(t *testing.T) {
 		t.Fatal("brewlet handler usable before registration")
 	}
 	cd := &containerd.Handler{
-		ConfigPath: n.ConfigPath, Binary: framework.Tool(t, "containerd"),
+		ConfigPath: n.ConfigPath, Binary: framework.Tool(t, "containerd"), WriteOptions: hoststate.Under(n.HostPrefix).WriteHandlerOptions,
 		Restart: n.RestartContainerd,
 		Health:  func(ctx context.Context) error { return kit.HandlerListed(ctx, n) },
 	}

@@ -59,6 +59,10 @@ type Handler struct {
 	Host     HostExec                        // where Binary runs (the node's root in a pod)
 	Restart  func(ctx context.Context) error // systemd in production, a hook in tests
 	Health   func(ctx context.Context) error // the brewlet handler answers through CRI
+	// WriteOptions stores the runc handler's options where the shim reads them
+	// (hoststate.Roots.WriteHandlerOptions); nil stores nothing (the shim then runs runc
+	// with its defaults).
+	WriteOptions func(toml []byte) error
 }
 
 // Change reports what Ensure or Remove did.
@@ -74,7 +78,17 @@ func (c *Handler) Ensure(ctx context.Context) (Change, error) {
 	if err != nil {
 		return Change{}, err
 	}
-	handler := handlerTable(main, version)
+	handler := handlerTable()
+	// The options first: the shim reads them once containerd runs the handler.
+	if c.WriteOptions != nil {
+		opts, err := runcOptions(main, version)
+		if err != nil {
+			return Change{}, err
+		}
+		if err := c.WriteOptions(opts); err != nil {
+			return Change{}, fmt.Errorf("write the brewlet handler's runc options: %w", err)
+		}
+	}
 	if dir := importsDir(main); dir != "" {
 		body, err := toml.Marshal(map[string]any{"version": version, "plugins": map[string]any{runtimePlugin(version): map[string]any{
 			"containerd": map[string]any{"runtimes": map[string]any{vocab.RuntimeClassName: handler}}}}})
@@ -226,28 +240,35 @@ func runtimesTable(cfg map[string]any, version int64, create bool) (map[string]a
 	return cur, nil
 }
 
-// handlerTable is the brewlet handler: the shim's runtime type, Brewlet's pod annotations,
-// and the runc handler's options (binary, root, cgroup driver) so both run alike — except a
-// BinaryName that is not runc: a wrapper runtime there (one that injects hooks or devices)
-// would run what the shim refused, and the shim refuses it (ContainerdConfigFailed). The
-// handler then runs the runc on containerd's PATH.
-func handlerTable(cfg map[string]any, version int64) map[string]any {
-	h := map[string]any{
+// handlerTable is the brewlet handler: the shim's runtime type and Brewlet's pod
+// annotations. It carries no options table: containerd's CRI would hand it to the shim as
+// opaque TOML and then refuse user-namespaced containers on the handler (it adds their I/O
+// owner only to runc options). The runc options go to the file the shim reads instead
+// (runcOptions, Handler.WriteOptions).
+func handlerTable() map[string]any {
+	return map[string]any{
 		"runtime_type":    vocab.ShimRuntimeType,
 		"pod_annotations": []string{vocab.PodAnnotationPassthrough},
 	}
+}
+
+// runcOptions is the runc handler's options table as TOML (binary, root, cgroup driver), so
+// both handlers run alike — except a BinaryName that is not runc: a wrapper runtime there
+// (one that injects hooks or devices) would run what the shim refused, and the shim refuses
+// it (ContainerdConfigFailed). The shim then runs the runc on containerd's PATH.
+func runcOptions(cfg map[string]any, version int64) ([]byte, error) {
+	opts := map[string]any{}
 	if runtimes, _ := runtimesTable(cfg, version, false); runtimes != nil {
 		if runc, ok := runtimes["runc"].(map[string]any); ok {
-			if opts, ok := runc["options"].(map[string]any); ok {
-				copied := maps.Clone(opts)
-				if b, _ := copied["BinaryName"].(string); b != "" && filepath.Base(b) != "runc" {
-					delete(copied, "BinaryName")
+			if o, ok := runc["options"].(map[string]any); ok {
+				opts = maps.Clone(o)
+				if b, _ := opts["BinaryName"].(string); b != "" && filepath.Base(b) != "runc" {
+					delete(opts, "BinaryName")
 				}
-				h["options"] = copied
 			}
 		}
 	}
-	return h
+	return toml.Marshal(opts)
 }
 
 // apply makes path hold body (nil removes it) so that the handler is registered or not

@@ -100,12 +100,24 @@ func TestBlockEdits(t *testing.T) {
 	}
 }
 
-// The handler takes the runc handler's options but never a wrapper runtime's binary.
-func TestHandlerTableDropsAWrapperBinary(t *testing.T) {
+// The shim gets the runc handler's options but never a wrapper runtime's binary; the
+// handler itself carries no options table (containerd would refuse user-namespaced
+// containers on it).
+func TestRuncOptionsDropAWrapperBinary(t *testing.T) {
+	if _, ok := handlerTable()["options"]; ok {
+		t.Fatalf("the handler carries an options table: %v", handlerTable())
+	}
 	for bin, want := range map[string]any{"/usr/bin/runc": "/usr/bin/runc", "/usr/local/nvidia/toolkit/nvidia-container-runtime": nil, "": ""} {
 		cfg := map[string]any{"plugins": map[string]any{runtimePlugin(3): map[string]any{"containerd": map[string]any{"runtimes": map[string]any{
 			"runc": map[string]any{"runtime_type": "io.containerd.runc.v2", "options": map[string]any{"BinaryName": bin, "SystemdCgroup": true}}}}}}}
-		opts := handlerTable(cfg, 3)["options"].(map[string]any)
+		b, err := runcOptions(cfg, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var opts map[string]any
+		if err := toml.Unmarshal(b, &opts); err != nil {
+			t.Fatalf("%v: %s", err, b)
+		}
 		if got, ok := opts["BinaryName"]; (want == nil && ok) || (want != nil && got != want) || opts["SystemdCgroup"] != true {
 			t.Errorf("runc BinaryName %q: handler options %v", bin, opts)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 
+	"brewlet.sh/brewlet/internal/hoststate"
 	"brewlet.sh/brewlet/internal/vocab"
 )
 
@@ -27,6 +28,9 @@ type Node struct {
 	ShimEnv  []string // more environment for shims
 	// WithoutBrewletHandler leaves the brewlet handler out.
 	WithoutBrewletHandler bool
+	// AgentHandler writes the handler as the agent does: no options table (HandlerOptions
+	// writes runc's options where the shim reads them).
+	AgentHandler bool
 	// ImportsDir is the drop-in directory the harness's config imports ("" none).
 	ImportsDir string
 }
@@ -35,24 +39,39 @@ func (n Node) shimEnv() []string {
 	return append([]string{vocab.EnvHostPrefix + "=" + n.HostPrefix, vocab.EnvOnDemandWait + "=20s", vocab.EnvDevRoot + "=" + n.DevRoot}, n.ShimEnv...)
 }
 
+// brewletHandler is the handler as the agent registers it (no options table: the shim reads
+// the runc options from the file HandlerOptions writes), or else with runc's options as a
+// table, as a handler written by hand may be (it runs no user-namespaced pods).
+func (n Node) brewletHandler() map[string]any {
+	h := map[string]any{"runtime_type": vocab.ShimRuntimeType, "pod_annotations": []string{vocab.PodAnnotationPassthrough}}
+	if !n.AgentHandler {
+		h["options"] = map[string]any{"BinaryName": n.Runc, "Root": filepath.Join(n.Dir, "runc")}
+	}
+	return h
+}
+
+// HandlerOptions writes the runc options the shim runs the harness's runc with (its binary,
+// its private root) into the layout at host (the node's, as the test process sees it), where
+// the agent writes the node's runc handler's options.
+func HandlerOptions(n Node, host hoststate.Layout) error {
+	b, err := toml.Marshal(map[string]any{"BinaryName": n.Runc, "Root": filepath.Join(n.Dir, "runc")})
+	if err != nil {
+		return err
+	}
+	return host.WriteHandlerOptions(b)
+}
+
 // Harness renders a containerd config that touches no default path: its own
 // root, state, sockets, shim socket directory, runc root, CNI and registry configuration,
 // and no NRI socket.
 func Harness(n Node) ([]byte, error) {
 	runcRoot := filepath.Join(n.Dir, "runc")
-	handler := func(runtimeType string, podAnnotations []string) map[string]any {
-		h := map[string]any{
-			"runtime_type": runtimeType,
-			"options":      map[string]any{"BinaryName": n.Runc, "Root": runcRoot},
-		}
-		if podAnnotations != nil {
-			h["pod_annotations"] = podAnnotations
-		}
-		return h
-	}
-	runtimes := map[string]any{"runc": handler("io.containerd.runc.v2", nil)}
+	runtimes := map[string]any{"runc": map[string]any{
+		"runtime_type": "io.containerd.runc.v2",
+		"options":      map[string]any{"BinaryName": n.Runc, "Root": runcRoot},
+	}}
 	if !n.WithoutBrewletHandler {
-		runtimes[vocab.RuntimeClassName] = handler(vocab.ShimRuntimeType, []string{vocab.PodAnnotationPassthrough})
+		runtimes[vocab.RuntimeClassName] = n.brewletHandler()
 	}
 	imports := []string{}
 	if n.ImportsDir != "" {
@@ -230,8 +249,7 @@ func FromDefault(n Node, base string) ([]byte, string, error) {
 		set(filepath.Join(n.ToolsBin, "containerd-shim-runc-v2-"+n.Version), append(runtimes, "runc", "runtime_path")...)
 	}
 	if !n.WithoutBrewletHandler {
-		set(map[string]any{"runtime_type": vocab.ShimRuntimeType, "pod_annotations": []string{vocab.PodAnnotationPassthrough},
-			"options": map[string]any{"BinaryName": n.Runc, "Root": filepath.Join(n.Dir, "runc")}}, append(runtimes, vocab.RuntimeClassName)...)
+		set(n.brewletHandler(), append(runtimes, vocab.RuntimeClassName)...)
 	}
 	out, err = toml.Marshal(cfg)
 	return out, n.ImportsDir, err
