@@ -17,7 +17,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${BREWLET_TOOLS_CACHE:-$HOME/.cache/brewlet-tools}
 BIN=$CACHE/bin
 GOV=$(go env GOVERSION)
-TOOLS=(controller-gen containerd runc registry crictl etcd kubernetes kwok helm golangci-lint)
+TOOLS=(controller-gen containerd runc registry crictl etcd kubernetes kwok helm golangci-lint guest)
 # The containerd matrix: one daemon binary per other containerd line, named containerd-<version>.
 for v in $CONTAINERD_MATRIX; do TOOLS+=("containerd@$v"); done
 
@@ -123,6 +123,9 @@ build_helm() {
   GOBIN=$1 go install -ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
     "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 }
+build_guest() { # the cgroup v2 guest's kernel and root filesystem (Debian archive, debootstrap)
+  "$here/guest.sh" "$1"
+}
 build_golangci-lint() {
   GOBIN=$1 go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
 }
@@ -134,6 +137,7 @@ version_of() {
     etcd) echo "$ETCD_VERSION" ;; kubernetes) echo "$KUBERNETES_VERSION" ;; kwok) echo "$KWOK_VERSION" ;;
     helm) echo "$HELM_VERSION" ;; golangci-lint) echo "$GOLANGCI_LINT_VERSION" ;;
     containerd@*) echo "${1#containerd@}" ;;
+    guest) echo "$GUEST_VERSION" ;;
     *) echo "unknown tool $1" >&2; return 1 ;;
   esac
 }
@@ -167,13 +171,13 @@ main() {
   flock 9 # two runs on one machine build one at a time instead of racing on the same dirs
   export GOFLAGS="${GOFLAGS:-} -trimpath" GOTOOLCHAIN=local
   # The Debian packages download while the Go tools build (network against CPU); only runc
-  # (cgo, libseccomp) needs them, so runc waits for them and builds last.
+  # (cgo, libseccomp) and the guest (debootstrap) need them, so they wait and build last.
   local debs_pid="" status=0
   for t in "${want[@]}"; do
     i=$((i + 1))
     case $t in
       debs) debs & debs_pid=$! ;;
-      runc) continue ;;
+      runc | guest) continue ;;
       *) ensure "$t" "$i" "${#want[@]}" || status=1 ;;
     esac
     ((status == 0)) || break
@@ -181,7 +185,7 @@ main() {
   if [[ -n $debs_pid ]] && ! wait "$debs_pid"; then log "FAILED to install the debian packages"; status=1; fi
   ((status == 0)) || return 1
   for t in "${want[@]}"; do
-    if [[ $t == runc ]]; then ensure runc "${#want[@]}" "${#want[@]}" || return 1; fi
+    case $t in runc | guest) ensure "$t" "${#want[@]}" "${#want[@]}" || return 1 ;; esac
   done
   log "tools ready in $BIN ($((SECONDS - t0)) s)"
 }

@@ -93,6 +93,13 @@ func (l Roots) ContainerDir(containerID string) string {
 	return filepath.Join(l.State, "containers", containerID)
 }
 
+// IDMapDir is where the shim attaches a user-namespaced container's idmapped layers for the
+// moment its root filesystem is mounted (docs/shim.md, "User namespaces"); on the run tmpfs,
+// so a reboot clears whatever a crash left.
+func (l Roots) IDMapDir(containerID string) string {
+	return filepath.Join(l.Run, "idmap", containerID)
+}
+
 // FenceFile closes the node to new containers while it exists.
 func (l Roots) FenceFile() string { return filepath.Join(l.Run, "fence") }
 

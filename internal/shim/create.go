@@ -222,7 +222,7 @@ func (s *service) prepare(ctx context.Context, l hoststate.Layout, r *taskAPI.Cr
 	}
 	composeLowerdirs(mount, app, mask, rt)
 	keepMountLabel(mount, spec.Linux.MountLabel)
-	if *unmap, err = mapLayers(mount, spec, len(app)); err != nil {
+	if *unmap, err = mapLayers(mount, spec, len(app), l.IDMapDir(r.ID)); err != nil {
 		return err
 	}
 

@@ -84,6 +84,7 @@ func markedLayout(bundle string) (hoststate.Layout, bool) {
 // releaseContainer drops the container's lease and exec state once its root filesystem is
 // no longer mounted; while it still is, the lease stays so GC keeps the generation.
 func releaseContainer(l hoststate.Layout, bundle, id string) error {
+	unmapLayers(l.IDMapDir(id), nil) // what a shim that died while mounting left
 	if _, err := os.Stat(l.ContainerDir(id)); err != nil {
 		return nil // nothing recorded, or already released
 	}

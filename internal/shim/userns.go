@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,10 +21,9 @@ import (
 // node's IDs appear as the pod's. containerd maps an overlay's lower directories by mapping
 // their longest common parent, recursively — for a Brewlet root (runtime layers under
 // /var/lib/brewlet, snapshots under /var/lib/containerd) that is /var/lib and every mount
-// below it, or "/", an error. The shim maps each lower directory on its own instead, as a
-// detached mount that only the overlay's own mount call reaches (through /proc/self/fd): no
-// other directory is mapped and nothing is left attached anywhere, even after a crash
-// (docs/shim.md, "User namespaces").
+// below it, or "/", an error. The shim maps each lower directory on its own instead, not
+// what is mounted below it, attached in a directory of the container's own only while the
+// overlay is mounted: no other directory is ever mapped (docs/shim.md, "User namespaces").
 
 // maxIDMappings bounds a user namespace's mapping lines (the kernel allows 340; the kubelet
 // writes one).
@@ -100,11 +100,11 @@ func snapshotMapping(m *types.Mount, uid, gid []specs.LinuxIDMapping) (bool, err
 }
 
 // mapLayers maps the composed overlay's lower directories into the container's user
-// namespace, if it has one: the runtime's layers and the /app mask always (they are the
+// namespace, if it has one (the mounts below dir, for the moment of the overlay's mount): the runtime's layers and the /app mask always (they are the
 // node's files), the application's layers when containerd's snapshotter asked for them to be
 // mapped (a snapshotter that copied and chowned them instead needs no mapping). appLayers is
 // how many of the top lower directories are the application's.
-func mapLayers(m *types.Mount, s *specs.Spec, appLayers int) (func(), error) {
+func mapLayers(m *types.Mount, s *specs.Spec, appLayers int, dir string) (func(), error) {
 	uid, gid, ok, err := usernsOf(s)
 	if err != nil || !ok {
 		return func() {}, err
@@ -116,7 +116,7 @@ func mapLayers(m *types.Mount, s *specs.Spec, appLayers int) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	return idmapLowerdirs(m, uid, gid, func(i int, _ string) bool { return i >= appLayers || appMapped })
+	return idmapLowerdirs(m, uid, gid, dir, func(i int, _ string) bool { return i >= appLayers || appMapped })
 }
 
 // userInNamespace refuses a process whose user or groups the pod's user namespace does not
@@ -149,37 +149,66 @@ func setLowerdirs(m *types.Mount, dirs []string) {
 	}
 }
 
-// idmapLowerdirs replaces each lower directory chosen by mapDir with a detached idmapped
-// mount of it alone, named by a descriptor of this process; the overlay mount made in this
-// process reads the layers through them. The returned function closes the descriptors
-// once the overlay is mounted (or the create failed): the overlay keeps what it needs.
-func idmapLowerdirs(m *types.Mount, uid, gid []specs.LinuxIDMapping, mapDir func(i int, dir string) bool) (func(), error) {
+// idmapLowerdirs replaces each lower directory chosen by mapDir with an idmapped mount of
+// it alone, attached below dir (a directory of the container's own) for the moment the
+// overlay is mounted. The returned function detaches them once the overlay is mounted (or
+// the create failed): the overlay keeps what it uses. Kernels before 6.x reject an overlay
+// layer on a mount attached nowhere, so the clones are attached, never to a shared path.
+func idmapLowerdirs(m *types.Mount, uid, gid []specs.LinuxIDMapping, dir string, mapDir func(i int, dir string) bool) (func(), error) {
 	userns, err := mount.GetUsernsFD(mappingOption(uid), mappingOption(gid))
 	if err != nil {
 		return nil, usernsErr("cannot create a user namespace with the pod's mappings to map the layers: %v", err)
 	}
 	defer func() { _ = userns.Close() }()
-	var fds []int
-	closeAll := func() {
-		for _, fd := range fds {
-			_ = unix.Close(fd)
-		}
-	}
+	var targets []string
+	detach := func() { unmapLayers(dir, targets) }
 	dirs := lowerdirs(m)
 	for i, d := range dirs {
 		if !mapDir(i, d) {
 			continue
 		}
-		fd, err := idmapped(d, int(userns.Fd()))
-		if err != nil {
-			closeAll()
+		target := filepath.Join(dir, strconv.Itoa(i))
+		if err := attachIDMapped(d, target, int(userns.Fd())); err != nil {
+			detach()
 			return nil, usernsErr("cannot map layer %s into the pod's user namespace (%v): the node's kernel or filesystem does not support idmapped mounts there; run the pod with hostUsers: true or on nodes that support them", d, err)
 		}
-		fds = append(fds, fd)
-		dirs[i] = "/proc/self/fd/" + strconv.Itoa(fd)
+		targets = append(targets, target)
+		dirs[i] = target
 	}
 	setLowerdirs(m, dirs)
-	return closeAll, nil
+	return detach, nil
+}
+
+// attachIDMapped mounts an idmapped, read-only clone of dir alone at target.
+func attachIDMapped(dir, target string, usernsFD int) error {
+	if err := os.MkdirAll(target, 0o700); err != nil {
+		return err
+	}
+	fd, err := idmapped(dir, usernsFD)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = unix.Close(fd) }()
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return os.NewSyscallError("move_mount", err)
+	}
+	return nil
+}
+
+// unmapLayers detaches the idmapped layers below dir (targets, or every entry when nil: what
+// a crashed shim left) and removes the directory. Best effort: an entry still mounted stays.
+func unmapLayers(dir string, targets []string) {
+	if targets == nil {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			targets = append(targets, filepath.Join(dir, e.Name()))
+		}
+	}
+	for _, t := range targets {
+		_ = unix.Unmount(t, unix.MNT_DETACH)
+		_ = os.Remove(t)
+	}
+	_ = os.Remove(dir)
 }
 
 // idmapped clones dir (not what is mounted below it) into a detached, read-only mount

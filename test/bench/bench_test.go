@@ -110,8 +110,14 @@ type shimBench struct {
 }
 
 func newShimBench(t *testing.T, cli string) *shimBench {
+	return newShimBenchWith(t, cli, framework.NodeOptions{})
+}
+
+// newShimBenchWith is newShimBench on a node started with opts.
+func newShimBenchWith(t *testing.T, cli string, opts framework.NodeOptions) *shimBench {
 	// Every create logs its steps (the step profile); the line costs microseconds.
-	n := framework.StartNodeWith(t, framework.NodeOptions{ShimEnv: []string{vocab.EnvSlowLaunch + "=0s"}})
+	opts.ShimEnv = append(opts.ShimEnv, vocab.EnvSlowLaunch+"=0s")
+	n := framework.StartNodeWith(t, opts)
 	host := hoststate.Under(n.HostPrefix)
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
@@ -159,7 +165,7 @@ func (s *shimBench) measure(t *testing.T, pods int, brewletFirst bool) [2]shimRe
 			order = []int{1, 0}
 		}
 		for _, h := range order {
-			d, created, cid := s.createStart(t, fmt.Sprintf("%s-%d", shimHandlers[h], i), shimHandlers[h], s.image(h), anns[h])
+			d, created, cid := s.createStart(t, fmt.Sprintf("%s-%d", shimHandlers[h], i), shimHandlers[h], s.image(h), anns[h], nil)
 			if i == 0 {
 				r[h].first, r[h].firstID = d, cid
 			} else {
@@ -177,11 +183,17 @@ func (s *shimBench) measure(t *testing.T, pods int, brewletFirst bool) [2]shimRe
 	return r
 }
 
-// createStart runs a pod sandbox and returns how long its container took to create and
-// start, how long the create alone, and the container's ID.
-func (s *shimBench) createStart(t *testing.T, name, handler, image string, ann map[string]string) (time.Duration, time.Duration, string) {
+// createStart runs a pod sandbox (in a user namespace of its own with ns) and returns how
+// long its container took to create and start, how long the create alone, and the
+// container's ID.
+func (s *shimBench) createStart(t *testing.T, name, handler, image string, ann map[string]string, ns *runtimeapi.NamespaceOption) (time.Duration, time.Duration, string) {
 	ctx := context.Background()
 	pod := s.n.PodConfig(name, ann)
+	c := shimContainer(image)
+	if ns != nil {
+		pod.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: ns}
+		c.Linux.SecurityContext.NamespaceOptions = ns
+	}
 	podID, err := s.n.RunPod(ctx, pod, handler)
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +202,7 @@ func (s *shimBench) createStart(t *testing.T, name, handler, image string, ann m
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	cr, err := s.n.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: podID, Config: shimContainer(image), SandboxConfig: pod})
+	cr, err := s.n.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: podID, Config: c, SandboxConfig: pod})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,6 +215,11 @@ func (s *shimBench) createStart(t *testing.T, name, handler, image string, ann m
 
 // shimPSS returns the proportional set size of each shim of a handler on this node.
 func shimPSS(t *testing.T, nodeDir, handler string) []int {
+	return shimPSSOf(t, nodeDir, handler, nil)
+}
+
+// shimPSSOf is shimPSS of the shims of the given pod sandboxes (nil: all).
+func shimPSSOf(t *testing.T, nodeDir, handler string, pods map[string]bool) []int {
 	bin := "containerd-shim-runc-v2"
 	if handler == vocab.RuntimeClassName {
 		bin = vocab.ShimBinaryName
@@ -212,6 +229,9 @@ func shimPSS(t *testing.T, nodeDir, handler string) []int {
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
 		if err != nil || !strings.Contains(string(b), nodeDir) || !strings.HasSuffix(strings.SplitN(string(b), "\x00", 2)[0], bin) {
+			continue
+		}
+		if pods != nil && !pods[shimID(string(b))] {
 			continue
 		}
 		sm, err := os.ReadFile(filepath.Join(filepath.Dir(p), "smaps_rollup"))
@@ -229,6 +249,18 @@ func shimPSS(t *testing.T, nodeDir, handler string) []int {
 		t.Fatalf("no %s processes found", bin)
 	}
 	return out
+}
+
+// shimID is the -id argument of a shim's command line (NUL-separated): the pod sandbox it
+// serves.
+func shimID(cmdline string) string {
+	args := strings.Split(cmdline, "\x00")
+	for i, a := range args {
+		if a == "-id" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
 }
 
 // TestBenchInstall compares installing a runtime generation (pull by digest, verify,

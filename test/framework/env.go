@@ -78,9 +78,42 @@ func RequireRoot(t TB) {
 // RepoRoot is the directory holding the project's go.mod.
 func RepoRoot(t TB) string {
 	t.Helper()
+	if d := os.Getenv(RepoRootEnv); d != "" {
+		return d // a guest without a Go toolchain (test/cgroupv2)
+	}
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
 		t.Fatalf("cannot locate the repository root (go env GOMOD): %v", err)
 	}
 	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+// RepoRootEnv names the repository root for a test binary that runs where no Go toolchain
+// is (the cgroup v2 guest, test/cgroupv2).
+const RepoRootEnv = "BREWLET_REPO_ROOT"
+
+// PrebuiltEnv names a directory of binaries the harness would otherwise build with `go
+// build` (the shim, the pause program, the CLI, test probes): the cgroup v2 guest has no Go
+// toolchain, and links there would take minutes under emulation.
+const PrebuiltEnv = "BREWLET_PREBUILT_BIN"
+
+// Prebuilt returns the prebuilt binary name, or "" when there is no prebuilt directory.
+func Prebuilt(name string) string {
+	d := os.Getenv(PrebuiltEnv)
+	if d == "" {
+		return ""
+	}
+	return filepath.Join(d, name)
+}
+
+// copyFile copies a regular file to dst with mode, making dst's directory.
+func copyFile(src, dst string, mode os.FileMode) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, mode)
 }

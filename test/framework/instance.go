@@ -216,7 +216,7 @@ func CleanupAll() {
 }
 
 // instanceName is the directory name NewInstance gives: kind-id.
-var instanceName = regexp.MustCompile(`^(cp|n|r|v|cli|trust|runtime-images)-([0-9a-f]{8})$`)
+var instanceName = regexp.MustCompile(`^(cp|n|r|v|cli|trust|runtime-images|guest)-([0-9a-f]{8})$`)
 
 // check refuses resources that NewInstance could not have recorded for the directory name:
 // the sweep kills processes and removes links and cgroups by what the file says, so a file

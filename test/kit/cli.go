@@ -28,6 +28,10 @@ func BuildCLI(t *testing.T) string {
 	if cli.bin != "" {
 		return cli.bin
 	}
+	if pre := framework.Prebuilt("brewlet"); pre != "" {
+		cli.bin = pre
+		return pre
+	}
 	in, err := framework.NewProcessInstance("cli")
 	if err != nil {
 		t.Fatal(err)

@@ -36,8 +36,12 @@ type matrixRow struct {
 var containerdMatrix = []matrixRow{
 	{"2.0 default", "v2.0.14", "", 3, false},
 	{"2.0 with 1.7 config", "v2.0.14", "v1.7.35", 2, false},
+	{"2.1 default", "v2.1.6", "", 3, false},
+	{"2.1 with 1.7 config", "v2.1.6", "v1.7.35", 2, false},
 	{"2.2 default", "v2.2.9", "", 3, true},
 	{"2.2 with 1.7 config", "v2.2.9", "v1.7.35", 2, false},
+	{"2.3 default", "v2.3.7", "", 4, true},
+	{"2.3 with 2.2 config", "v2.3.7", "v2.2.9", 3, true},
 	{"2.4 default", "", "", 4, true},
 	{"2.4 with 2.2 config", "", "v2.2.9", 3, true},
 	{"2.4 with 1.7 config", "", "v1.7.35", 2, false},

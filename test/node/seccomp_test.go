@@ -174,6 +174,9 @@ func pushBusyboxApp(t *testing.T, d *kit.DataPath) string {
 // into a directory of its own and returns its path.
 func compat32Probe(t *testing.T) string {
 	t.Helper()
+	if pre := framework.Prebuilt("compat32"); pre != "" {
+		return pre
+	}
 	path := filepath.Join(t.TempDir(), "compat32")
 	cmd := exec.Command("go", "build", "-o", path, "./testdata/compat32")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

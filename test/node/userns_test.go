@@ -169,6 +169,10 @@ print("home", os.access("/home/app", os.W_OK))`)
 				t.Errorf("volume %s is gone", v)
 			}
 		}
+		// The layers were attached for the overlay's mount only.
+		if _, err := os.Stat(d.Host.IDMapDir(cid)); !os.IsNotExist(err) {
+			t.Errorf("%s left after the create: %v", d.Host.IDMapDir(cid), err)
+		}
 	})
 
 	t.Run("control: containerd's own mapping of the layers' common parent fails on this node", func(t *testing.T) {
