@@ -17,6 +17,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -391,10 +393,29 @@ func TestRotationRestarts(t *testing.T) {
 	if err := os.Symlink(cli, filepath.Join(plugins, "kubectl-brewlet")); err != nil {
 		t.Fatal(err)
 	}
-	plugin := exec.Command(framework.Tool(t, "kubectl"), "brewlet", "status", "python", "--kubeconfig", w.cp.Kubeconfig)
+	// A kubeconfig whose current context is another cluster: --context picks this one.
+	kc, err := clientcmd.LoadFromFile(w.cp.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	here := kc.CurrentContext
+	kc.Clusters["elsewhere"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
+	kc.Contexts["elsewhere"] = &clientcmdapi.Context{Cluster: "elsewhere", AuthInfo: kc.Contexts[here].AuthInfo}
+	kc.CurrentContext = "elsewhere"
+	twoContexts := filepath.Join(plugins, "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, twoContexts); err != nil {
+		t.Fatal(err)
+	}
+	plugin := exec.Command(framework.Tool(t, "kubectl"), "brewlet", "status", "python", "--kubeconfig", twoContexts, "--context", here)
 	plugin.Env = append(os.Environ(), "PATH="+plugins+":"+os.Getenv("PATH"))
 	if got, err := plugin.CombinedOutput(); err != nil || !strings.Contains(string(got), "2 Succeeded · 1 Deferred · 1 NotApplicable") {
-		t.Errorf("kubectl brewlet status python: %v\n%s", err, got)
+		t.Errorf("kubectl brewlet status python --context %s: %v\n%s", here, err, got)
+	}
+	// Control: without --context the plugin asks the other cluster, and says so.
+	elsewhere := exec.Command(framework.Tool(t, "kubectl"), "brewlet", "status", "python", "--kubeconfig", twoContexts)
+	elsewhere.Env = plugin.Env
+	if got, err := elsewhere.CombinedOutput(); err == nil {
+		t.Errorf("kubectl brewlet status against the current context (a cluster that is not there) succeeded:\n%s", got)
 	}
 	evs, _ := w.cp.Kubectl(t, "-n", restartNS, "get", "events", "--field-selector", "reason=RotationRestart", "-o", "name")
 	if strings.Count(evs, "\n") < 2 {
