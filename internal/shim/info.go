@@ -46,7 +46,7 @@ func (m *shimManager) Info(ctx context.Context, optionsR io.Reader) (*types.Runt
 		}
 	}
 	l := layout()
-	ro, err := runcOptions(in, l.ReadHandlerOptions)
+	ro, legacy, err := runcOptions(in, l.ReadHandlerOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +61,7 @@ func (m *shimManager) Info(ctx context.Context, optionsR io.Reader) (*types.Runt
 	if err != nil || info.Features == nil {
 		return info, err
 	}
-	if why := usernsUnavailable(legacyOptions(in), l); why != "" {
+	if why := usernsUnavailable(legacy, l); why != "" {
 		if err := withoutUserNamespaces(info, why); err != nil {
 			return nil, err
 		}

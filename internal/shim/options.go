@@ -23,31 +23,32 @@ import (
 // (hoststate.HandlerOptionsFile), with containerd's I/O owner on top. A handler written with
 // an options table (by hand, or by an agent before the table moved) still works: containerd's
 // CRI sends it as runtimeoptions.Options with the TOML in ConfigBody, which the reused runc
-// task service would panic on.
-func runcOptions(in *anypb.Any, file func() ([]byte, error)) (*options.Options, error) {
+// task service would panic on. legacy reports that form: such a handler cannot run
+// user-namespaced containers (containerd refuses to add their I/O owner to the table).
+func runcOptions(in *anypb.Any, file func() ([]byte, error)) (ro *options.Options, legacy bool, err error) {
 	var v any
 	if in.GetValue() != nil {
-		var err error
 		if v, err = typeurl.UnmarshalAny(in); err != nil {
-			return nil, fmt.Errorf("decode runtime options %q: %w", in.GetTypeUrl(), err)
+			return nil, false, fmt.Errorf("decode runtime options %q: %w", in.GetTypeUrl(), err)
 		}
 	}
-	ro := &options.Options{}
+	ro = &options.Options{}
 	switch o := v.(type) {
 	case *runtimeoptions.Options:
+		legacy = true
 		if len(o.ConfigBody) > 0 {
 			if err := toml.Unmarshal(o.ConfigBody, ro); err != nil {
-				return nil, fmt.Errorf("decode the handler's options table: %w", err)
+				return nil, true, fmt.Errorf("decode the handler's options table: %w", err)
 			}
 		}
 	case nil, *options.Options:
 		b, err := file()
 		if err != nil {
-			return nil, fmt.Errorf("read the brewlet handler's runc options: %w", err)
+			return nil, false, fmt.Errorf("read the brewlet handler's runc options: %w", err)
 		}
 		if len(b) > 0 {
 			if err := toml.Unmarshal(b, ro); err != nil {
-				return nil, fmt.Errorf("decode the brewlet handler's runc options: %w", err)
+				return nil, false, fmt.Errorf("decode the brewlet handler's runc options: %w", err)
 			}
 		}
 		if sent, ok := o.(*options.Options); ok && sent != nil {
@@ -55,26 +56,12 @@ func runcOptions(in *anypb.Any, file func() ([]byte, error)) (*options.Options, 
 			ro.IoUid, ro.IoGid = sent.IoUid, sent.IoGid
 		}
 	default:
-		return nil, fmt.Errorf("unsupported runtime options type %T; configure the brewlet handler with runc options (BinaryName, Root, SystemdCgroup)", v)
+		return nil, false, fmt.Errorf("unsupported runtime options type %T; configure the brewlet handler with runc options (BinaryName, Root, SystemdCgroup)", v)
 	}
 	if err := runcBinary(ro.BinaryName); err != nil {
-		return nil, err
+		return nil, legacy, err
 	}
-	return ro, nil
-}
-
-// legacyOptions reports whether containerd sent the handler's own options table: such a
-// handler cannot run user-namespaced containers (containerd refuses to add their I/O owner).
-func legacyOptions(in *anypb.Any) bool {
-	if in.GetValue() == nil {
-		return false
-	}
-	v, err := typeurl.UnmarshalAny(in)
-	if err != nil {
-		return false
-	}
-	_, ok := v.(*runtimeoptions.Options)
-	return ok
+	return ro, legacy, nil
 }
 
 // runcBinary refuses a BinaryName that is not runc: the shim judged the OCI spec it hands
@@ -92,8 +79,7 @@ func runcBinary(name string) error {
 // name it: containerd's CRI writes a systemd path ("slice:prefix:name") exactly when the
 // kubelet's cgroup parent is a systemd slice, and runc needs --systemd-cgroup for it.
 func normalizeOptions(opts **anypb.Any, l hoststate.Layout, cgroupsPath string) error {
-	legacy := legacyOptions(*opts)
-	ro, err := runcOptions(*opts, l.ReadHandlerOptions)
+	ro, legacy, err := runcOptions(*opts, l.ReadHandlerOptions)
 	if err != nil {
 		return err
 	}

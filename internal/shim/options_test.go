@@ -53,7 +53,7 @@ func TestRunCOptions(t *testing.T) {
 		}, wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := runcOptions(tc.in(t), func() ([]byte, error) { return []byte(tc.file), nil })
+			got, _, err := runcOptions(tc.in(t), func() ([]byte, error) { return []byte(tc.file), nil })
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
 			}

@@ -39,13 +39,18 @@ func (n Node) shimEnv() []string {
 	return append([]string{vocab.EnvHostPrefix + "=" + n.HostPrefix, vocab.EnvOnDemandWait + "=20s", vocab.EnvDevRoot + "=" + n.DevRoot}, n.ShimEnv...)
 }
 
+// runcOptions are the options the harness runs runc with: its binary, a private root.
+func (n Node) runcOptions() map[string]any {
+	return map[string]any{"BinaryName": n.Runc, "Root": filepath.Join(n.Dir, "runc")}
+}
+
 // brewletHandler is the handler as the agent registers it (no options table: the shim reads
 // the runc options from the file HandlerOptions writes), or else with runc's options as a
 // table, as a handler written by hand may be (it runs no user-namespaced pods).
 func (n Node) brewletHandler() map[string]any {
 	h := map[string]any{"runtime_type": vocab.ShimRuntimeType, "pod_annotations": []string{vocab.PodAnnotationPassthrough}}
 	if !n.AgentHandler {
-		h["options"] = map[string]any{"BinaryName": n.Runc, "Root": filepath.Join(n.Dir, "runc")}
+		h["options"] = n.runcOptions()
 	}
 	return h
 }
@@ -54,7 +59,7 @@ func (n Node) brewletHandler() map[string]any {
 // its private root) into the layout at host (the node's, as the test process sees it), where
 // the agent writes the node's runc handler's options.
 func HandlerOptions(n Node, host hoststate.Layout) error {
-	b, err := toml.Marshal(map[string]any{"BinaryName": n.Runc, "Root": filepath.Join(n.Dir, "runc")})
+	b, err := toml.Marshal(n.runcOptions())
 	if err != nil {
 		return err
 	}
@@ -65,10 +70,9 @@ func HandlerOptions(n Node, host hoststate.Layout) error {
 // root, state, sockets, shim socket directory, runc root, CNI and registry configuration,
 // and no NRI socket.
 func Harness(n Node) ([]byte, error) {
-	runcRoot := filepath.Join(n.Dir, "runc")
 	runtimes := map[string]any{"runc": map[string]any{
 		"runtime_type": "io.containerd.runc.v2",
-		"options":      map[string]any{"BinaryName": n.Runc, "Root": runcRoot},
+		"options":      n.runcOptions(),
 	}}
 	if !n.WithoutBrewletHandler {
 		runtimes[vocab.RuntimeClassName] = n.brewletHandler()
