@@ -9,7 +9,7 @@ GO_TEST_FLAGS ?=
 # Fuzz targets: package:target pairs run for FUZZTIME each in `make fuzz`.
 FUZZTIME ?= 15s
 
-.PHONY: all build tools generate verify-generated lint test test-unit test-e2e fuzz demo down images runtimes bench clean
+.PHONY: all build tools generate verify-generated lint test test-unit test-rules test-e2e fuzz demo down images runtimes bench clean
 
 all: build
 
@@ -50,6 +50,11 @@ E2E_MAIN = $(shell go list ./test/... | grep -v '/test/agent$$')
 test-unit:
 	go test -count=1 -race $(GO_TEST_FLAGS) ./api/... ./internal/... ./cmd/...
 
+## test-rules: the chart's Prometheus rules checked and unit-tested with promtool
+test-rules:
+	$(TOOLS_BIN)/promtool check rules charts/brewlet/files/prometheus-rules.yaml
+	cd test/prometheus && $(TOOLS_BIN)/promtool test rules rules_test.yaml
+
 ## test-e2e: the suites under test/ against real components (needs root); test/agent under -race.
 ## Two suites of the main pass run at once (-p 2): they mostly wait on the components they
 ## drive, and every instance has its own directories, ports, bridge, subnet and cgroups.
@@ -65,7 +70,7 @@ test-e2e: build
 	BREWLET_NODE_ROOT=private go test -count=1 $(GO_TEST_FLAGS) -timeout 5m -run '^TestNodeMountNamespace$$' ./test/node/
 
 ## test: everything CI runs, from a fresh machine: tools, generated files, lint, all tiers
-test: tools verify-generated lint test-unit test-e2e
+test: tools verify-generated lint test-unit test-rules test-e2e
 
 ## demo: the main job: a real one-node cluster (etcd, kube-apiserver, controller-manager,
 ## scheduler, containerd + runc, registry, kubelet), the chart installed with helm, the CPython

@@ -17,7 +17,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${BREWLET_TOOLS_CACHE:-$HOME/.cache/brewlet-tools}
 BIN=$CACHE/bin
 GOV=$(go env GOVERSION)
-TOOLS=(controller-gen containerd runc registry crictl etcd kubernetes kwok helm golangci-lint guest)
+TOOLS=(controller-gen containerd runc registry crictl etcd kubernetes kwok helm prometheus monitoring-crds golangci-lint guest)
 # The containerd matrix: one daemon binary per other containerd line, named containerd-<version>.
 for v in $CONTAINERD_MATRIX; do TOOLS+=("containerd@$v"); done
 
@@ -123,6 +123,23 @@ build_helm() {
   GOBIN=$1 go install -ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
     "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 }
+build_prometheus() {
+  # Only Kubernetes service discovery (the tests' and most clusters' way to find targets):
+  # the cloud providers' discovery would triple the build. The web UI's assets are not
+  # built in; the API the tests use needs none.
+  local v=$PROMETHEUS_VERSION rel
+  rel=$(echo "${v#v0.}" | sed -E 's/^([0-9])([0-9]+)\./\1.\2./')
+  GOBIN=$1 go install -tags remove_all_sd,enable_kubernetes_sd \
+    -ldflags="-s -w -X github.com/prometheus/common/version.Version=$rel" \
+    "github.com/prometheus/prometheus/cmd/prometheus@$v" "github.com/prometheus/prometheus/cmd/promtool@$v"
+}
+build_monitoring-crds() { # no build: two CRD manifests out of the module's source
+  local d f
+  d=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  for f in servicemonitors prometheusrules; do
+    cp "$d/example/prometheus-operator-crd/monitoring.coreos.com_$f.yaml" "$1/"
+  done
+}
 build_guest() { # the cgroup v2 guest's kernel and root filesystem (Debian archive, debootstrap)
   "$here/guest.sh" "$1"
 }
@@ -135,7 +152,8 @@ version_of() {
     controller-gen) echo "$CONTROLLER_TOOLS_VERSION" ;; containerd) echo "$CONTAINERD_VERSION" ;;
     runc) echo "$RUNC_VERSION" ;; registry) echo "$DISTRIBUTION_VERSION" ;; crictl) echo "$CRICTL_VERSION" ;;
     etcd) echo "$ETCD_VERSION" ;; kubernetes) echo "$KUBERNETES_VERSION" ;; kwok) echo "$KWOK_VERSION" ;;
-    helm) echo "$HELM_VERSION" ;; golangci-lint) echo "$GOLANGCI_LINT_VERSION" ;;
+    helm) echo "$HELM_VERSION" ;; prometheus) echo "$PROMETHEUS_VERSION" ;;
+    monitoring-crds) echo "$PROMETHEUS_OPERATOR_VERSION" ;; golangci-lint) echo "$GOLANGCI_LINT_VERSION" ;;
     containerd@*) echo "${1#containerd@}" ;;
     guest) echo "$GUEST_VERSION" ;;
     *) echo "unknown tool $1" >&2; return 1 ;;

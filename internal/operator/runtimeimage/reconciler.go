@@ -173,7 +173,7 @@ func (r *Reconciler) pass(ctx context.Context, ri *brewletv1.RuntimeImage) (time
 			}
 		}
 	}
-	observe(ri)
+	observe(ri, reports.Items)
 	if !d.ReleaseFinalizer {
 		return after, nil
 	}

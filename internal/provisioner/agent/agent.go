@@ -47,7 +47,7 @@ type Agent struct {
 	IsWriter func() bool
 	// Collector, when set, removes unused generations and layers after each pass.
 	Collector *gc.Collector
-	// Metrics, when set, counts installs.
+	// Metrics, when set, counts installs and garbage collection passes.
 	Metrics *metrics.Metrics
 	// Tasks answers which containers containerd still runs, to reconcile the shim's leases
 	// against (nil: nobody to ask, so the report is never complete and no lease is released).
@@ -312,6 +312,7 @@ func (a *Agent) Reconcile(ctx context.Context) error {
 			c = &now
 		}
 		got, err := c.Sweep(ctx, a.IsWriter)
+		a.Metrics.ObserveSweep(len(got.Generations), len(got.Layers), err)
 		if err != nil {
 			a.logf("garbage collection: %v", err)
 		} else if len(got.Generations)+len(got.Layers) > 0 {

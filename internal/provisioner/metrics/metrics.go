@@ -19,6 +19,8 @@ type Metrics struct {
 	Layout           hoststate.Layout
 	installRequests  *prometheus.CounterVec
 	installDurations *prometheus.HistogramVec
+	gcConfirmed      *prometheus.GaugeVec // no labels; absent until the first pass
+	gcRemoved        *prometheus.CounterVec
 	generations      *prometheus.Desc
 	storage          *prometheus.Desc
 	info             *prometheus.Desc
@@ -37,6 +39,12 @@ func NewMetrics(l hoststate.Layout, reg prometheus.Registerer) *Metrics {
 			Help: "Runtime generation installs on this node, by runtime ID and outcome (success, refused, failed)."}, []string{"id", "outcome"}),
 		installDurations: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "brewlet_runtime_image_install_duration_seconds",
 			Help: "Time to install a runtime generation (pull, verify, extract, validate).", Buckets: prometheus.ExponentialBuckets(0.1, 2, 12)}, []string{"id"}),
+		// A sweep that cannot read the leases, the mount table or a generation's record keeps
+		// everything: the node's disk only grows until someone looks (docs/observability.md).
+		gcConfirmed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "brewlet_provisioner_gc_confirmed",
+			Help: "1 when the last garbage collection pass could tell what is unused; 0 when it could not and kept everything."}, nil),
+		gcRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "brewlet_provisioner_gc_removed_total",
+			Help: "Unused runtime generations and layers removed by garbage collection, by kind (generation, layer)."}, []string{"kind"}),
 		generations: prometheus.NewDesc("brewlet_runtime_image_generations",
 			"Installed generations on this node by runtime ID and state (current, retained).", []string{"id", "state"}, nil),
 		storage: prometheus.NewDesc("brewlet_shared_storage_bytes",
@@ -53,7 +61,7 @@ func NewMetrics(l hoststate.Layout, reg prometheus.Registerer) *Metrics {
 	// Shims time their starts only once the directory exists; without it the histogram
 	// stays empty and nothing else changes.
 	_ = l.EnableLaunchDurations()
-	reg.MustRegister(m.installRequests, m.installDurations, m)
+	reg.MustRegister(m.installRequests, m.installDurations, m.gcConfirmed, m.gcRemoved, m)
 	return m
 }
 
@@ -66,6 +74,21 @@ func (m *Metrics) ObserveInstall(id, outcome string, d time.Duration) {
 	if outcome == "success" {
 		m.installDurations.WithLabelValues(id).Observe(d.Seconds())
 	}
+}
+
+// ObserveSweep records one garbage collection pass: what it removed, and whether it could
+// confirm what is unused (err == nil).
+func (m *Metrics) ObserveSweep(generations, layers int, err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.gcConfirmed.WithLabelValues().Set(0)
+	} else {
+		m.gcConfirmed.WithLabelValues().Set(1)
+	}
+	m.gcRemoved.WithLabelValues("generation").Add(float64(generations))
+	m.gcRemoved.WithLabelValues("layer").Add(float64(layers))
 }
 
 // Describe implements prometheus.Collector.

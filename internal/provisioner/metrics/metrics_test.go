@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -73,5 +74,33 @@ brewlet_shim_launches_total{outcome="started",reason="none"} 1
 		if count != 2 || sum < 0.049 || sum > 0.051 {
 			t.Fatalf("launch durations: count %d sum %v, want 2 and 0.05", count, sum)
 		}
+	}
+}
+
+// The GC gauge is absent until a pass ran (no alert on a node that never swept), then says
+// whether the last pass could confirm what is unused; removals add up.
+func TestSweepMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(hoststate.Under(t.TempDir()), reg)
+	if n := testutil.CollectAndCount(reg, "brewlet_provisioner_gc_confirmed"); n != 0 {
+		t.Fatalf("before any pass: %d series, want none", n)
+	}
+	m.ObserveSweep(1, 3, nil)
+	m.ObserveSweep(0, 0, errors.New("keeping everything: cannot read the mount table"))
+	want := `
+# HELP brewlet_provisioner_gc_confirmed 1 when the last garbage collection pass could tell what is unused; 0 when it could not and kept everything.
+# TYPE brewlet_provisioner_gc_confirmed gauge
+brewlet_provisioner_gc_confirmed 0
+# HELP brewlet_provisioner_gc_removed_total Unused runtime generations and layers removed by garbage collection, by kind (generation, layer).
+# TYPE brewlet_provisioner_gc_removed_total counter
+brewlet_provisioner_gc_removed_total{kind="generation"} 1
+brewlet_provisioner_gc_removed_total{kind="layer"} 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "brewlet_provisioner_gc_confirmed", "brewlet_provisioner_gc_removed_total"); err != nil {
+		t.Fatal(err)
+	}
+	m.ObserveSweep(0, 0, nil)
+	if v := testutil.ToFloat64(m.gcConfirmed.WithLabelValues()); v != 1 {
+		t.Fatalf("after a confirmed pass: %v, want 1", v)
 	}
 }
