@@ -46,6 +46,9 @@ type Flow struct {
 
 	// Spread makes AppDeployment place its replicas on different nodes.
 	Spread bool
+	// Values are chart values merged over the ones a local cluster needs (maps merge key by
+	// key, anything else replaces).
+	Values map[string]any
 
 	Images   map[string]string // component name -> repo@sha256 in the node's registry
 	Runtimes map[string]string // python1, python2 -> repo@sha256

@@ -101,6 +101,24 @@ func (f *Flow) chartValues() map[string]any {
 	}
 }
 
+// mergeValues returns base with over merged in: maps key by key, anything else replaced.
+func mergeValues(base, over map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range over {
+		b, bok := out[k].(map[string]any)
+		o, ook := v.(map[string]any)
+		if bok && ook {
+			out[k] = mergeValues(b, o)
+		} else {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // containerdValues leave containerd as the node ships it (the handler registered, the shim
 // installed: mode none), or, on a cluster started with AgentRegistersHandler, let the
 // agent register the handler as on a stock node: mode validated with the machine's
@@ -157,7 +175,7 @@ func (f *Flow) installChart(ctx context.Context) (string, error) {
 	if err := f.registryObjects(ctx); err != nil {
 		return "", err
 	}
-	b, err := json.MarshalIndent(f.chartValues(), "", "  ")
+	b, err := json.MarshalIndent(mergeValues(f.chartValues(), f.Values), "", "  ")
 	if err != nil {
 		return "", err
 	}

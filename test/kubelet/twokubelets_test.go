@@ -34,11 +34,17 @@ import (
 // rotation completes without that node (AgentNotReporting), the app spread over both nodes
 // is restarted onto generation 2 with its new pods kept off the stuck node, and the node
 // rejoins once its agent runs again. Each agent's token writes only its own node.
+// Prometheus, set up from the chart's ServiceMonitors and PrometheusRule (alerts_test.go),
+// scrapes both agents and the operator throughout: the healthy cluster raises no alert, the
+// stuck node raises the stuck-node and expiring-authorization alerts, and they clear when
+// it rejoins.
 func TestRotationAcrossTwoKubeletNodes(t *testing.T) {
 	c := cluster.StartWith(t, cluster.Options{Nodes: 2})
 	ctx := context.Background()
 	f := firsthour.New(t, c, logWriter{t})
 	f.Spread = true
+	f.Values = monitoringValues()
+	installMonitoringCRDs(t, f)
 	names := []string{c.Nodes[0].NodeName, c.Nodes[1].NodeName}
 
 	// Waves of one node: the profile exists before the walk-through approves the runtime.
@@ -68,6 +74,26 @@ func TestRotationAcrossTwoKubeletNodes(t *testing.T) {
 	if on := appNodes(t, f); !slices.Equal(on, slices.Sorted(slices.Values(names))) {
 		t.Fatalf("the app's pods run on %v, want one on each of %v", on, names)
 	}
+	prom, dashboard := startChartPrometheus(t, f)
+	t.Run("Prometheus scrapes every component and a healthy cluster raises no alert", func(t *testing.T) {
+		expectTargetsUp(t, prom, map[string]int{"brewlet-operator-metrics": 1, "brewlet-provisioner-metrics": 2})
+		// The agents' series say which node they speak for (the ServiceMonitor's relabeling).
+		kit.Eventually(t, time.Minute, "each node's current generation, by node", func() (bool, string) {
+			vec, err := prom.Query(ctx, `brewlet_runtime_image_generations{id="python",state="current"} == 1`)
+			var got []string
+			for _, s := range vec {
+				got = append(got, string(s.Metric["node"]))
+			}
+			slices.Sort(got)
+			return err == nil && slices.Equal(got, slices.Sorted(slices.Values(names))), fmt.Sprintf("%v %v", vec, err)
+		})
+		for _, e := range dashboard {
+			if _, err := prom.Query(ctx, e); err != nil {
+				t.Errorf("dashboard: %v", err)
+			}
+		}
+		expectNoAlerts(t, prom)
+	})
 
 	t.Run("each agent's token writes only its own node", func(t *testing.T) {
 		for i, pod := range agentPods(t, f, names) {
@@ -127,6 +153,14 @@ func TestRotationAcrossTwoKubeletNodes(t *testing.T) {
 	if out, err := f.Kubectl(ctx, "get", "runtimeimage", firsthour.RuntimeID, "-o", "wide"); err == nil {
 		t.Log(out)
 	}
+	t.Run("the stuck node raises its alerts", func(t *testing.T) {
+		kit.Eventually(t, time.Minute, "brewlet_operator_rotation_nodes{state=stuck} is 1 in Prometheus", func() (bool, string) {
+			v, s := queryValue(t, prom, `max(brewlet_operator_rotation_nodes{id="python",state="stuck"})`)
+			return v == 1, s
+		})
+		firing(t, prom, 3*time.Minute, []string{"BrewletNodeStuck", "id", firsthour.RuntimeID},
+			[]string{"BrewletAuthorizationExpiring", "id", firsthour.RuntimeID, "node", stuck})
+	})
 
 	// The app had a pod on the stuck node: it is restarted, and its new pods land where
 	// generation 2 is served.
@@ -167,6 +201,16 @@ func TestRotationAcrossTwoKubeletNodes(t *testing.T) {
 		kit.Must(t, f.Clients.CL.Get(ctx, client.ObjectKey{Name: firsthour.RuntimeID}, got))
 		r := got.Status.Rotation
 		return r != nil && r.Nodes.Current == 2 && r.Nodes.Stuck == 0 && len(r.ExcludedNodes) == 0, fmt.Sprintf("%+v", r)
+	})
+	t.Run("the alerts clear once the node rejoins", func(t *testing.T) {
+		kit.Eventually(t, 2*time.Minute, "no alert left", func() (bool, string) {
+			alerts, err := prom.Alerts(ctx)
+			return err == nil && len(alerts) == 0, alertList(alerts)
+		})
+		if v, s := queryValue(t, prom, `max(brewlet_operator_rotation_nodes{id="python",state="stuck"})`); v != 0 {
+			t.Errorf("stuck nodes in Prometheus after the rejoin: %s", s)
+		}
+		expectNoAlerts(t, prom)
 	})
 }
 
