@@ -2,6 +2,7 @@ package chart
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -57,7 +58,7 @@ func TestChartMonitoring(t *testing.T) {
 	}
 	kit.Must(t, json.Unmarshal(rule.JSON, &pr))
 	var file map[string]any
-	kit.Must(t, yaml.Unmarshal([]byte(read(t, "../../charts/brewlet/files/prometheus-rules.yaml")), &file))
+	kit.Must(t, yaml.Unmarshal([]byte(read(t, filepath.Join(kit.ChartDir(t), "files", "prometheus-rules.yaml"))), &file))
 	a, _ := json.Marshal(pr.Spec)
 	b, _ := json.Marshal(file)
 	if string(a) != string(b) {
@@ -75,9 +76,11 @@ func TestChartMonitoring(t *testing.T) {
 		Data     map[string]string
 	}
 	kit.Must(t, json.Unmarshal(cm.JSON, &c))
-	if c.Data["brewlet.json"] != read(t, "../../charts/brewlet/files/dashboard.json") || c.Metadata.Labels["grafana_dashboard"] != "1" {
-		t.Errorf("dashboard ConfigMap: labels %v, data differs from charts/brewlet/files/dashboard.json: %v", c.Metadata.Labels,
-			c.Data["brewlet.json"] != read(t, "../../charts/brewlet/files/dashboard.json"))
+	if c.Data["brewlet.json"] != read(t, filepath.Join(kit.ChartDir(t), "files", "dashboard.json")) {
+		t.Error("the dashboard ConfigMap's data differs from charts/brewlet/files/dashboard.json")
+	}
+	if c.Metadata.Labels["grafana_dashboard"] != "1" {
+		t.Errorf("dashboard ConfigMap labels %v: want metrics.dashboard.labels", c.Metadata.Labels)
 	}
 	crb := rc.Find("ClusterRoleBinding", "brewlet-metrics-reader")
 	if crb == nil || !strings.Contains(string(crb.JSON), `"name":"prom","namespace":"monitoring"`) {

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"brewlet.sh/brewlet/test/framework"
 )
 
 // The operator's pages name series, reason codes and runbook sections; this keeps them
@@ -20,7 +22,7 @@ import (
 // observability page, every reason code of the vocabulary is explained in the runbook and
 // every code its tables name exists, and every alert's runbook link lands on a section.
 func TestDocsNameWhatExists(t *testing.T) {
-	root := filepath.Join("..", "..")
+	root := framework.RepoRoot(t)
 	exported := exportedSeries(t, root)
 	if len(exported) < 15 {
 		t.Fatalf("found %d series in the code, want the whole set: %v", len(exported), exported)

@@ -121,7 +121,9 @@ func startChartPrometheus(t *testing.T, f *firsthour.Flow) (*framework.Prometheu
 		t.Fatal("the dashboard has no queries")
 	}
 
-	files := map[string][]byte{"token": []byte(tr.Status.Token), "rules.yml": rules, "kubeconfig": mustRead(t, f.C.Kubeconfig)}
+	kubeconfig, err := os.ReadFile(f.C.Kubeconfig)
+	kit.Must(t, err)
+	files := map[string][]byte{"token": []byte(tr.Status.Token), "rules.yml": rules, "kubeconfig": kubeconfig}
 	prom := framework.StartPrometheus(t, files, func(dir string) string {
 		for _, s := range scrapes {
 			sc := s.(map[string]any)
@@ -305,11 +307,4 @@ func queryValue(t *testing.T, prom *framework.Prometheus, expr string) (float64,
 		return -1, fmt.Sprintf("%s: %v %v", expr, vec, err)
 	}
 	return float64(vec[0].Value), vec.String()
-}
-
-func mustRead(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	kit.Must(t, err)
-	return b
 }
